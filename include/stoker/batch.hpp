@@ -1,0 +1,59 @@
+// Batch: the collated samples of one batch, as the consumer sees them. A batch delivered by a
+// DataLoader is a zero-copy view into a shared-memory slot: its tensors point into the slot,
+// and the slot goes back to the workers when the last copy of the Batch (and of any Tensor taken
+// from it) is destroyed. clone() copies it out into owning memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "stoker/sample.hpp"
+#include "stoker/tensor.hpp"
+
+namespace stoker {
+
+class Batch {
+ public:
+  Batch() = default;
+  // Assembles a batch. `keeper` owns the memory that `indices` and the tensors' views point
+  // into; a Batch made this way keeps it alive. Used by the loader and by user code in tests.
+  Batch(std::vector<Field> fields, std::span<const std::size_t> indices, std::uint64_t epoch,
+        std::uint64_t index, std::shared_ptr<const void> keeper);
+
+  // The stacked field `name`, shape [size(), ...]. Throws std::out_of_range naming the fields.
+  const Tensor& operator[](std::string_view name) const;
+  const Tensor* find(std::string_view name) const noexcept;
+  bool contains(std::string_view name) const noexcept { return find(name) != nullptr; }
+  const std::vector<Field>& fields() const noexcept { return fields_; }
+  std::vector<Field>::const_iterator begin() const noexcept { return fields_.begin(); }
+  std::vector<Field>::const_iterator end() const noexcept { return fields_.end(); }
+
+  // Number of samples.
+  std::size_t size() const noexcept { return indices_.size(); }
+  // The dataset indices of the samples, in batch order.
+  std::span<const std::size_t> indices() const noexcept { return indices_; }
+  // The epoch this batch belongs to, and its position in that epoch (0-based).
+  std::uint64_t epoch() const noexcept { return epoch_; }
+  std::uint64_t index() const noexcept { return index_; }
+  // Sum of the fields' payload bytes.
+  std::size_t nbytes() const noexcept;
+  // True while this batch points into a loader's shared-memory slot.
+  bool is_view() const noexcept;
+
+  // A deep copy in owning heap memory: it holds no slot, so keep clones, not views, when you
+  // keep many batches (for example, to evaluate after the epoch).
+  Batch clone() const;
+
+ private:
+  std::vector<Field> fields_;
+  std::span<const std::size_t> indices_;
+  std::shared_ptr<const void> keeper_;
+  std::uint64_t epoch_ = 0;
+  std::uint64_t index_ = 0;
+};
+
+}  // namespace stoker

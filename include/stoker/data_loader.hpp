@@ -1,0 +1,136 @@
+// DataLoader<D>: PyTorch's DataLoader for a C++ map-style dataset. Each begin() runs an epoch:
+// batches are loaded by `num_workers` fork()ed worker processes straight into shared-memory
+// slots and handed to the consumer, in order, as zero-copy Batch views. The template is thin;
+// the engine is detail::LoaderCore.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "stoker/batch.hpp"
+#include "stoker/collate.hpp"
+#include "stoker/dataset.hpp"
+#include "stoker/detail/loader_core.hpp"
+#include "stoker/options.hpp"
+
+namespace stoker {
+
+// Iterates the batches of one epoch. Move-only. Fetching (operator++, the first comparison with
+// end, next()) may throw WorkerException, after which the iterator is still usable and the next
+// fetch returns the following batch; WorkerCrashed and LoaderTimeout end the epoch (the
+// iterator then compares equal to end). Destroying the iterator ends the epoch; without
+// persistent workers, that reaps the workers (within 5 seconds, whatever they are doing).
+class BatchIterator {
+ public:
+  using value_type = Batch;
+  using difference_type = std::ptrdiff_t;
+  using reference = const Batch&;
+  using iterator_concept = std::input_iterator_tag;
+
+  BatchIterator() = default;
+  BatchIterator(BatchIterator&& other) noexcept;
+  BatchIterator& operator=(BatchIterator&& other) noexcept;
+  BatchIterator(const BatchIterator&) = delete;
+  BatchIterator& operator=(const BatchIterator&) = delete;
+  ~BatchIterator();
+
+  // The current batch. Throws std::logic_error past the end.
+  const Batch& operator*() const;
+  const Batch* operator->() const { return &**this; }
+  // Releases the current batch (its slot returns to the workers unless the caller kept a copy)
+  // and fetches the next one.
+  BatchIterator& operator++();
+  void operator++(int) { ++*this; }
+  friend bool operator==(const BatchIterator& it, std::default_sentinel_t) { return it.at_end(); }
+
+  // The next batch, or nullopt at the end of the epoch: the loop without the iterator protocol.
+  std::optional<Batch> next();
+
+ private:
+  friend class detail::LoaderCore;
+  BatchIterator(detail::LoaderCore* core, std::uint64_t generation) noexcept
+      : core_(core), generation_(generation) {}
+  bool at_end() const;
+  void fetch() const;
+
+  detail::LoaderCore* core_ = nullptr;
+  std::uint64_t generation_ = 0;
+  mutable std::optional<Batch> current_;
+  mutable bool fetched_ = false;  // current_ holds the batch at this position (or the end)
+  mutable bool pending_ = true;   // nothing fetched yet: the position is batch 0
+};
+
+template <class D>
+class DataLoader {
+  static_assert(MapDataset<D>,
+                "stoker::DataLoader<D>: D must be a map-style dataset, with "
+                "`std::size_t size() const` and `stoker::Sample get(std::size_t index)`");
+
+ public:
+  using iterator = BatchIterator;
+
+  // Main process. Takes the dataset by value (each worker gets a fork()ed copy of it). Throws
+  // std::invalid_argument for bad options. Forks nothing until the first begin().
+  explicit DataLoader(D dataset, LoaderOptions options = {})
+      : dataset_(std::make_unique<D>(std::move(dataset))) {
+    D* ds = dataset_.get();
+    detail::ProduceFn produce = [ds, collate = options.collate](detail::BatchSink& out) {
+      produce_batch(*ds, collate, out);
+    };
+    core_ = std::make_unique<detail::LoaderCore>(
+        std::move(options), [ds] { return static_cast<std::size_t>(ds->size()); },
+        std::move(produce));
+  }
+
+  // Starts an epoch: batches of epoch epoch() (then the epoch advances by one unless
+  // set_epoch() is called). Throws what forking and setting up shared memory can throw.
+  BatchIterator begin() { return core_->begin(); }
+  std::default_sentinel_t end() const noexcept { return std::default_sentinel; }
+
+  // Batches per epoch.
+  std::size_t size() const { return core_->num_batches(); }
+  // The epoch the next begin() runs; its shuffle order depends only on (seed, epoch).
+  void set_epoch(std::uint64_t epoch) noexcept { core_->set_epoch(epoch); }
+  std::uint64_t epoch() const noexcept { return core_->epoch(); }
+  const LoaderOptions& options() const noexcept { return core_->options(); }
+  D& dataset() noexcept { return *dataset_; }
+  const D& dataset() const noexcept { return *dataset_; }
+  // Live worker processes, in worker-id order (empty between epochs without persistent workers).
+  std::vector<pid_t> worker_pids() const { return core_->worker_pids(); }
+
+ private:
+  // Fetch -> collate -> write into the slot: the same code in a worker and in-process.
+  static void produce_batch(D& ds, const CollateFn& collate, detail::BatchSink& out) {
+    const std::span<const std::size_t> indices = out.indices();
+    if (!collate) {
+      StackCollator stack(out);
+      for (const std::size_t index : indices) {
+        out.begin_sample(index);
+        stack.add(ds.get(index));
+      }
+      return;
+    }
+    std::vector<Sample> samples;
+    samples.reserve(indices.size());
+    for (const std::size_t index : indices) {
+      out.begin_sample(index);
+      samples.emplace_back(ds.get(index));
+    }
+    out.begin_collate();
+    collate(std::span<const Sample>(samples), out);
+  }
+
+  std::unique_ptr<D> dataset_;
+  std::unique_ptr<detail::LoaderCore> core_;
+};
+
+template <class D>
+DataLoader(D, LoaderOptions) -> DataLoader<D>;
+
+}  // namespace stoker

@@ -1,0 +1,64 @@
+// LoaderCore: the non-template engine behind DataLoader<D>. The template turns a dataset and a
+// collate into one ProduceFn ("write the batch whose indices the sink holds"); everything else —
+// the shared-memory ring, worker processes, ordering, liveness — lives in src/ behind this.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <sys/types.h>
+#include <vector>
+
+#include "stoker/batch.hpp"
+#include "stoker/collate.hpp"
+#include "stoker/options.hpp"
+
+namespace stoker {
+class BatchIterator;
+}
+
+namespace stoker::detail {
+
+// The builder the produce function writes through; the loader's hooks for error reports.
+class BatchSink : public BatchBuilder {
+ public:
+  // Called before loading each sample, so a crash or an exception can name it. Throws an
+  // internal exception when the loader asked the worker to stop: let it propagate.
+  virtual void begin_sample(std::size_t index) = 0;
+  // Called once the samples are loaded and a user collate starts.
+  virtual void begin_collate() noexcept = 0;
+};
+
+using ProduceFn = std::function<void(BatchSink&)>;
+
+class LoaderCore {
+ public:
+  // Main process. Validates the options (std::invalid_argument). Forks nothing yet.
+  LoaderCore(LoaderOptions options, std::function<std::size_t()> dataset_size, ProduceFn produce);
+  // Stops and reaps every worker (bounded: stop message, SIGTERM, SIGKILL). Never throws.
+  ~LoaderCore();
+  LoaderCore(const LoaderCore&) = delete;
+  LoaderCore& operator=(const LoaderCore&) = delete;
+
+  const LoaderOptions& options() const noexcept;
+  std::size_t num_batches() const;
+  void set_epoch(std::uint64_t epoch) noexcept;
+  std::uint64_t epoch() const noexcept;
+  // Starts an epoch (ending any previous one) and returns its iterator. May fork workers.
+  BatchIterator begin();
+  // Live worker processes, in worker-id order; empty when none are running.
+  std::vector<pid_t> worker_pids() const;
+
+  // The iterator protocol. `generation` identifies the epoch an iterator belongs to.
+  std::optional<Batch> next(std::uint64_t generation);
+  void finish(std::uint64_t generation) noexcept;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace stoker::detail

@@ -1,0 +1,122 @@
+#include "buffer_cache.hpp"
+
+#include <atomic>
+#include <bit>
+#include <new>
+#include <vector>
+
+#include "spin.hpp"
+
+namespace stoker::detail {
+namespace {
+
+constexpr std::align_val_t kAlign{64};
+
+// Size classes: four per doubling above kMinCachedBytes, so a block is at most 25% larger than
+// asked for and nearby sizes share blocks.
+std::size_t size_class(std::size_t bytes) noexcept {
+  if (bytes < kMinCachedBytes) return bytes;
+  const std::size_t shift = std::bit_width(bytes) - 3;  // a quarter of the power of two below
+  const std::size_t step = std::size_t{1} << shift;
+  return (bytes + step - 1) / step * step;
+}
+
+struct Cache {
+  // A spin lock rather than a mutex: it is held for a few instructions, and a child re-arms it
+  // after fork() with one store (reset_buffer_cache_after_fork).
+  std::atomic<bool> locked{false};
+  std::vector<std::pair<std::size_t, void*>> blocks;  // (size class, block), oldest first
+  std::size_t bytes = 0;
+
+  void lock() noexcept {
+    while (locked.exchange(true, std::memory_order_acquire)) {
+      while (locked.load(std::memory_order_relaxed)) cpu_relax();
+    }
+  }
+  void unlock() noexcept { locked.store(false, std::memory_order_release); }
+};
+
+Cache& cache() {
+  static Cache* instance = new Cache();  // never destroyed: blocks may be freed at exit
+  return *instance;
+}
+
+void* take(std::size_t cls) noexcept {
+  Cache& c = cache();
+  c.lock();
+  void* found = nullptr;
+  for (auto it = c.blocks.end(); it != c.blocks.begin();) {
+    --it;
+    if (it->first == cls) {
+      found = it->second;
+      c.bytes -= cls;
+      c.blocks.erase(it);
+      break;
+    }
+  }
+  c.unlock();
+  return found;
+}
+
+void give_back(std::size_t cls, void* block) noexcept {
+  Cache& c = cache();
+  void* evicted = nullptr;
+  std::size_t evicted_cls = 0;
+  bool kept = false;
+  c.lock();
+  if (cls <= kMaxCachedBytesTotal) {
+    try {
+      c.blocks.emplace_back(cls, block);
+      c.bytes += cls;
+      kept = true;
+      if (c.blocks.size() > kMaxCachedBlocks || c.bytes > kMaxCachedBytesTotal) {
+        evicted_cls = c.blocks.front().first;
+        evicted = c.blocks.front().second;
+        c.bytes -= evicted_cls;
+        c.blocks.erase(c.blocks.begin());
+      }
+    } catch (...) {
+      kept = false;
+    }
+  }
+  c.unlock();
+  if (!kept) ::operator delete(block, kAlign);
+  if (evicted != nullptr) ::operator delete(evicted, kAlign);
+}
+
+struct CachedDeleter {
+  std::size_t cls;
+  void operator()(std::byte* p) const noexcept { give_back(cls, p); }
+};
+struct PlainDeleter {
+  void operator()(std::byte* p) const noexcept { ::operator delete(p, kAlign); }
+};
+
+}  // namespace
+
+std::shared_ptr<std::byte> allocate_storage(std::size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  const std::size_t cls = size_class(bytes);
+  if (cls < kMinCachedBytes) {
+    return std::shared_ptr<std::byte>(static_cast<std::byte*>(::operator new(cls, kAlign)),
+                                      PlainDeleter{});
+  }
+  void* block = take(cls);
+  if (block == nullptr) block = ::operator new(cls, kAlign);
+  // If the control block cannot be allocated, shared_ptr calls the deleter: nothing leaks.
+  return std::shared_ptr<std::byte>(static_cast<std::byte*>(block), CachedDeleter{cls});
+}
+
+void reset_buffer_cache_after_fork() noexcept {
+  cache().locked.store(false, std::memory_order_relaxed);
+}
+
+std::size_t cached_block_count() noexcept {
+  Cache& c = cache();
+  c.lock();
+  const std::size_t n = c.blocks.size();
+  c.unlock();
+  return n;
+}
+
+}  // namespace stoker::detail

@@ -1,0 +1,13 @@
+// Small text helpers for messages: byte sizes and durations as people read them.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+namespace stoker::detail {
+
+std::string format_bytes(std::size_t bytes);  // "9.6 MB", "1.0 GiB"-style: "1.00 GiB"
+std::string format_duration(std::chrono::nanoseconds d);  // "12.3 ms"
+
+}  // namespace stoker::detail

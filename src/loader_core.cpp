@@ -1,0 +1,780 @@
+// The main process's side of the ring: epoch plans, issuing batches to workers, collecting and
+// ordering results, handing out zero-copy batches, and noticing dead, hung or missing workers.
+//
+// Main-side slot life cycle (Phase):
+//   kFree --issue (header + indices written, task pushed)--> kIssued
+//   kIssued --result popped--> kReady (or kFree when its plan is stale)
+//   kReady --delivered as a Batch--> kHeld (or kFree when it carried an error)
+//   kHeld --last copy of the Batch destroyed (SlotLease)--> kFree
+// INV-SLOT-1: a slot is written by exactly one process at a time: by main while kFree (its
+//   header and indices), by the worker of its channel while kIssued, by nobody while kReady or
+//   kHeld. The task push (release) and the result pop (acquire) hand it over.
+// INV-SLOT-2: in flight (kIssued + kReady + kHeld) <= num_slots = channels x prefetch_factor,
+//   which is what bounds memory and what the consumer can hold.
+// INV-QUEUE-2: a channel's queues never hold more than slots_per_channel batch messages plus
+//   one stop message, because a task is pushed only for one of the channel's kFree slots and
+//   its result comes back before the slot is kFree again.
+// INV-ORDER-1: with in_order, batch k goes to channel k mod C and batch k is delivered before
+//   batch k + 1; batches of a plan are issued in increasing k.
+
+#include "stoker/data_loader.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "format.hpp"
+#include "order.hpp"
+#include "posix.hpp"
+#include "ring.hpp"
+#include "slot_io.hpp"
+#include "spin.hpp"
+#include "stoker/errors.hpp"
+#include "worker.hpp"
+
+namespace stoker::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// The consumer polls for a result this long before it sleeps.
+constexpr std::chrono::microseconds kMainSpin{10};
+// Dead workers are looked for at least this often even while results keep arriving.
+constexpr milliseconds kLivenessInterval{50};
+// How long stopping workers waits before SIGTERM, and again before SIGKILL.
+constexpr milliseconds kStopGrace{500};
+// While the consumer's own batches block progress and another thread might release one.
+constexpr milliseconds kHeldWarningInterval{10000};
+
+// What a Batch keeps alive: the mapping, the slot flags and the eventfd that wakes the main
+// thread when a slot is released. Outlives the loader when the program keeps batches.
+struct RingShared {
+  std::unique_ptr<Ring> ring;
+  // held[s]: true from delivery until the last copy of the Batch is gone. Written by main at
+  // delivery (relaxed, before the Batch exists) and by ~SlotLease (release, in whichever thread
+  // drops the last copy); read by main's reclaim() (acquire, pairs with that release so the
+  // consumer's last reads of the slot happen before a worker overwrites it).
+  std::unique_ptr<std::atomic<bool>[]> held;
+  posix::Fd main_eventfd;
+};
+
+struct SlotLease {
+  std::shared_ptr<RingShared> shared;
+  std::size_t slot;
+  ~SlotLease() {
+    shared->held[slot].store(false, std::memory_order_release);
+    ring_doorbell(shared->ring->control().main_doorbell, shared->main_eventfd.get());
+  }
+};
+
+enum class Phase : std::uint8_t { kFree, kIssued, kReady, kHeld };
+
+struct SlotState {
+  Phase phase = Phase::kFree;
+  std::uint64_t plan = 0;
+  std::uint64_t batch = 0;
+};
+
+// One epoch's batches.
+struct Plan {
+  std::uint64_t id = 0;
+  std::uint64_t epoch = 0;
+  std::size_t dataset_size = 0;
+  std::size_t batch_size = 1;
+  std::size_t num_batches = 0;
+  std::vector<std::size_t> order;
+  std::size_t issued = 0;     // batches 0..issued-1 have been issued (INV-ORDER-1)
+  std::size_t delivered = 0;  // batches handed out, or reported as errors
+  std::size_t next_in_order = 0;
+
+  std::span<const std::size_t> batch(std::size_t k) const noexcept {
+    const std::size_t begin = k * batch_size;
+    return {order.data() + begin, std::min(batch_size, dataset_size - begin)};
+  }
+  bool fully_issued() const noexcept { return issued == num_batches; }
+  bool done() const noexcept { return delivered == num_batches; }
+};
+
+std::size_t batches_for(std::size_t n, const LoaderOptions& o) noexcept {
+  return o.drop_last ? n / o.batch_size : (n + o.batch_size - 1) / o.batch_size;
+}
+
+}  // namespace
+
+struct LoaderCore::Impl {
+  LoaderOptions options;
+  std::function<std::size_t()> dataset_size;
+  ProduceFn produce;
+  std::size_t num_workers;
+  std::uint64_t next_epoch = 0;
+  std::uint64_t next_plan_id = 1;
+
+  // Created at the first begin() that has batches to load.
+  std::shared_ptr<RingShared> shared;
+  std::optional<SlotMemory> memory;  // what this process has pre-faulted of each slot
+  std::vector<SlotState> slots;
+  std::vector<std::size_t> outstanding;  // per channel: kIssued slots
+  std::vector<posix::Fd> task_eventfds;  // per worker
+  std::vector<WorkerProcess> workers;    // empty while none run
+  std::vector<pollfd> wait_fds;          // main eventfd, then the workers' pidfds
+  std::exception_ptr inline_error;       // num_workers == 0: the failure of the inline batch
+
+  std::optional<Plan> current;
+  std::optional<Plan> next;  // persistent workers: the following epoch, prefetched
+  Clock::time_point last_liveness_check{};
+
+  Impl(LoaderOptions o, std::function<std::size_t()> size, ProduceFn p)
+      : options(std::move(o)),
+        dataset_size(std::move(size)),
+        produce(std::move(p)),
+        num_workers(static_cast<std::size_t>(options.num_workers)) {}
+
+  ~Impl() { stop_workers(); }
+
+  const Ring& ring() const noexcept { return *shared->ring; }
+  std::size_t num_channels() const noexcept { return ring().num_channels(); }
+  std::size_t per_channel() const noexcept { return ring().slots_per_channel(); }
+
+  // ---- set-up ----
+
+  Plan make_plan(std::uint64_t epoch, std::size_t n) {
+    Plan plan;
+    plan.id = next_plan_id++;
+    plan.epoch = epoch;
+    plan.dataset_size = n;
+    plan.batch_size = options.batch_size;
+    plan.num_batches = batches_for(n, options);
+    plan.order = epoch_order(n, options.shuffle, options.seed, epoch);
+    return plan;
+  }
+
+  void ensure_ring() {
+    if (shared) return;
+    auto fresh = std::make_shared<RingShared>();
+    const std::size_t channels = std::max<std::size_t>(num_workers, 1);
+    fresh->ring = std::make_unique<Ring>(channels, options.prefetch_factor, options.max_batch_bytes);
+    const std::size_t n = fresh->ring->num_slots();
+    fresh->held = std::make_unique<std::atomic<bool>[]>(n);
+    fresh->main_eventfd.reset(posix::make_eventfd());
+    if (!fresh->main_eventfd.valid()) {
+      throw Error(posix::errno_message("DataLoader: creating an eventfd failed", errno) +
+                  "; raise `ulimit -n`");
+    }
+    std::vector<posix::Fd> eventfds;
+    for (std::size_t w = 0; w < num_workers; ++w) {
+      eventfds.emplace_back(posix::make_eventfd());
+      if (!eventfds.back().valid()) {
+        throw Error(posix::errno_message("DataLoader: creating an eventfd failed", errno) +
+                    "; raise `ulimit -n` or lower num_workers");
+      }
+    }
+    memory.emplace(*fresh->ring);
+    slots.assign(n, SlotState{});
+    outstanding.assign(channels, 0);
+    task_eventfds = std::move(eventfds);
+    shared = std::move(fresh);
+  }
+
+  void ensure_workers() {
+    if (workers.size() == num_workers) return;
+    stop_workers();
+    warn_if_multithreaded();
+    const Ring& r = ring();
+    std::vector<WorkerProcess> started;
+    started.reserve(num_workers);
+    try {
+      for (std::size_t w = 0; w < num_workers; ++w) {
+        reset_channel(w);
+        WorkerLaunch launch;
+        launch.id = w;
+        launch.num_workers = num_workers;
+        launch.seed = mix_seed(options.seed, w);
+        launch.ring = &r;
+        launch.task_eventfd = task_eventfds[w].get();
+        launch.main_eventfd = shared->main_eventfd.get();
+        launch.produce = &produce;
+        launch.worker_init = &options.worker_init;
+        started.push_back(WorkerProcess::spawn(launch));
+      }
+    } catch (...) {
+      request_stop(started.size());
+      reap_all(started, kStopGrace);
+      throw;
+    }
+    workers = std::move(started);
+    wait_fds.clear();
+    wait_fds.push_back({shared->main_eventfd.get(), POLLIN, 0});
+    for (const WorkerProcess& w : workers) {
+      if (w.pidfd() >= 0) wait_fds.push_back({w.pidfd(), POLLIN, 0});
+    }
+    last_liveness_check = Clock::now();
+  }
+
+  // Only while channel w has no worker.
+  void reset_channel(std::size_t w) noexcept {
+    Channel& channel = ring().channel(w);
+    channel.tasks.reset();
+    channel.results.reset();
+    channel.doorbell.sleeping.store(0, std::memory_order_relaxed);
+    channel.current_sample.store(kNoSample, std::memory_order_relaxed);
+    channel.current_batch.store(0, std::memory_order_relaxed);
+    channel.stop_requested.store(0, std::memory_order_relaxed);
+    channel.fatal_valid.store(0, std::memory_order_relaxed);
+    outstanding[w] = 0;
+  }
+
+  void request_stop(std::size_t count) noexcept {
+    for (std::size_t w = 0; w < count; ++w) {
+      Channel& channel = ring().channel(w);
+      channel.stop_requested.store(1, std::memory_order_relaxed);
+      channel.tasks.try_push(Message{MessageKind::kStop, 0});  // INV-QUEUE-2 leaves room
+      ring_doorbell(channel.doorbell, task_eventfds[w].get());
+    }
+  }
+
+  // Stops and reaps every worker; slots they were loading become free. Never throws.
+  void stop_workers() noexcept {
+    if (workers.empty()) return;
+    request_stop(workers.size());
+    reap_all(workers, kStopGrace);
+    workers.clear();
+    wait_fds.clear();
+    for (SlotState& slot : slots) {
+      if (slot.phase == Phase::kIssued) slot.phase = Phase::kFree;
+    }
+    std::fill(outstanding.begin(), outstanding.end(), 0);
+  }
+
+  // ---- the epoch ----
+
+  void begin_epoch() {
+    abandon_current();
+    const std::uint64_t epoch = next_epoch++;
+    const std::size_t n = dataset_size();
+    if (next && next->epoch == epoch && next->dataset_size == n) {
+      current = std::move(next);
+    } else {
+      current = make_plan(epoch, n);
+    }
+    next.reset();
+    if (current->num_batches == 0) return;
+    ensure_ring();
+    drop_stale_ready();
+    if (num_workers > 0) ensure_workers();
+  }
+
+  // Ends the running epoch early (its iterator went away, or a new epoch starts). Without
+  // persistent workers the workers are stopped; with them, their in-flight batches come back
+  // stale and their slots are freed then.
+  void abandon_current() noexcept {
+    if (!current) return;
+    current.reset();
+    if (!options.persistent_workers) stop_workers();
+    drop_stale_ready();
+  }
+
+  // After an error that leaves the workers' state unknown: stop them all.
+  void fail_epoch() noexcept {
+    current.reset();
+    next.reset();
+    stop_workers();
+    drop_stale_ready();
+  }
+
+  bool live_plan(std::uint64_t plan) const noexcept {
+    return (current && current->id == plan) || (next && next->id == plan);
+  }
+
+  void drop_stale_ready() noexcept {
+    for (SlotState& slot : slots) {
+      if (slot.phase == Phase::kReady && !live_plan(slot.plan)) slot.phase = Phase::kFree;
+    }
+  }
+
+  // kHeld slots whose Batch is gone become free.
+  bool reclaim() noexcept {
+    bool any = false;
+    for (std::size_t s = 0; s < slots.size(); ++s) {
+      if (slots[s].phase == Phase::kHeld && !shared->held[s].load(std::memory_order_acquire)) {
+        slots[s].phase = Phase::kFree;
+        any = true;
+      }
+    }
+    return any;
+  }
+
+  std::optional<std::size_t> free_slot(std::size_t channel) const noexcept {
+    const std::size_t first = channel * per_channel();
+    for (std::size_t s = first; s < first + per_channel(); ++s) {
+      if (slots[s].phase == Phase::kFree) return s;
+    }
+    return std::nullopt;
+  }
+
+  // Main process owns the slot (kFree): write what the loading process needs to know.
+  void write_task(std::size_t s, const Plan& plan, std::size_t k) {
+    const std::span<const std::size_t> indices = plan.batch(k);
+    memory->ensure(s, Ring::payload_start(indices.size()));
+    SlotHeader& header = ring().header(s);
+    header.plan = plan.id;
+    header.batch = k;
+    header.epoch = plan.epoch;
+    header.num_indices = indices.size();
+    header.status = SlotStatus::kEmpty;
+    std::memcpy(ring().indices(s), indices.data(), indices.size_bytes());
+    slots[s] = SlotState{Phase::kIssued, plan.id, k};
+  }
+
+  // The plan whose batches are issued next: the current epoch's, then (persistent workers)
+  // the following epoch's, so a new epoch's first batches are ready when it starts.
+  Plan* plan_to_issue() {
+    if (current && !current->fully_issued()) return &*current;
+    if (!options.persistent_workers) return nullptr;
+    if (!next) {
+      const std::uint64_t epoch = current ? current->epoch + 1 : next_epoch;
+      if (epoch != next_epoch) return nullptr;  // set_epoch() chose another epoch
+      next = make_plan(epoch, dataset_size());
+    }
+    return next->fully_issued() ? nullptr : &*next;
+  }
+
+  std::optional<std::size_t> channel_for(std::size_t k) const noexcept {
+    if (options.in_order) {
+      const std::size_t w = k % num_channels();
+      return free_slot(w) ? std::optional<std::size_t>(w) : std::nullopt;
+    }
+    // Whichever worker has a free slot and the least work queued, so a slow worker gets less.
+    std::optional<std::size_t> best;
+    for (std::size_t w = 0; w < num_channels(); ++w) {
+      if (free_slot(w) && (!best || outstanding[w] < outstanding[*best])) best = w;
+    }
+    return best;
+  }
+
+  void issue() {
+    if (workers.empty()) return;
+    for (Plan* plan = plan_to_issue(); plan != nullptr; plan = plan_to_issue()) {
+      const std::size_t k = plan->issued;
+      const std::optional<std::size_t> w = channel_for(k);
+      if (!w) return;
+      const std::size_t s = *free_slot(*w);
+      write_task(s, *plan, k);
+      ++plan->issued;
+      ++outstanding[*w];
+      Channel& channel = ring().channel(*w);
+      channel.tasks.try_push(Message{MessageKind::kBatch, static_cast<std::uint32_t>(s)});
+      ring_doorbell(channel.doorbell, task_eventfds[*w].get());
+    }
+  }
+
+  void collect() noexcept {
+    for (std::size_t w = 0; w < workers.size(); ++w) {
+      Channel& channel = ring().channel(w);
+      Message message;
+      while (channel.results.try_pop(message)) {
+        const std::size_t s = message.slot;
+        if (s / per_channel() != w || slots[s].phase != Phase::kIssued) continue;
+        --outstanding[w];
+        slots[s].phase = live_plan(slots[s].plan) ? Phase::kReady : Phase::kFree;
+      }
+    }
+  }
+
+  std::optional<std::size_t> deliverable() const noexcept {
+    const Plan& plan = *current;
+    std::optional<std::size_t> found;
+    if (options.in_order || num_workers == 0) {
+      const std::size_t k = plan.next_in_order;
+      const std::size_t first = num_workers == 0 ? 0 : (k % num_channels()) * per_channel();
+      const std::size_t last = num_workers == 0 ? slots.size() : first + per_channel();
+      for (std::size_t s = first; s < last; ++s) {
+        if (slots[s].phase == Phase::kReady && slots[s].plan == plan.id && slots[s].batch == k) {
+          return s;
+        }
+      }
+      return std::nullopt;
+    }
+    for (std::size_t s = 0; s < slots.size(); ++s) {
+      if (slots[s].phase == Phase::kReady && slots[s].plan == plan.id &&
+          (!found || slots[s].batch < slots[*found].batch)) {
+        found = s;
+      }
+    }
+    return found;
+  }
+
+  // num_workers == 0: load the next batch here, into a free slot, with the workers' code.
+  bool load_inline() {
+    Plan& plan = *current;
+    if (plan.fully_issued()) return false;
+    const std::optional<std::size_t> s = free_slot(0);
+    if (!s) return false;
+    write_task(*s, plan, plan.issued);
+    ++plan.issued;
+    inline_error = nullptr;
+    load_batch(ring(), *memory, *s, nullptr, produce, &inline_error);
+    slots[*s].phase = Phase::kReady;
+    return true;
+  }
+
+  Batch deliver(std::size_t s) {
+    Plan& plan = *current;
+    SlotState& state = slots[s];
+    const SlotHeader& header = ring().header(s);
+    const std::uint64_t k = state.batch;
+    ++plan.delivered;
+    plan.next_in_order = std::max<std::size_t>(plan.next_in_order, k + 1);
+    if (header.status != SlotStatus::kOk) {
+      state.phase = Phase::kFree;
+      throw_batch_error(s, k);
+    }
+    const std::span<const std::size_t> expected = plan.batch(k);
+    if (header.num_indices != expected.size() || header.plan != plan.id || header.batch != k) {
+      state.phase = Phase::kFree;
+      throw Error(fmt::format(
+          "DataLoader: the header of batch slot {} was overwritten (batch {} of epoch {}); "
+          "something wrote outside its batch, most likely memory corruption in user code",
+          s, k, plan.epoch));
+    }
+    shared->held[s].store(true, std::memory_order_relaxed);
+    state.phase = Phase::kHeld;
+    auto lease = std::make_shared<SlotLease>(SlotLease{shared, s});
+    std::vector<Field> fields = read_fields(ring(), s, lease);
+    const std::span<const std::size_t> indices(
+        reinterpret_cast<const std::size_t*>(ring().indices(s)), header.num_indices);
+    return Batch(std::move(fields), indices, plan.epoch, k, std::move(lease));
+  }
+
+  [[noreturn]] void throw_batch_error(std::size_t s, std::uint64_t k) {
+    const ErrorReport& report = ring().header(s).error;
+    WorkerException::Details details;
+    details.type_name = report.type_name;
+    details.message = report.message;
+    details.where = report.where;
+    details.batch = k;
+    if (report.sample != kNoSample) details.sample_index = report.sample;
+    if (num_workers == 0) {
+      details.pid = ::getpid();
+      const std::exception_ptr original = std::exchange(inline_error, nullptr);
+      if (original) {
+        try {
+          std::rethrow_exception(original);
+        } catch (...) {
+          std::throw_with_nested(WorkerException(std::move(details)));
+        }
+      }
+      throw WorkerException(std::move(details));
+    }
+    const std::size_t w = ring().channel_of(s);
+    details.worker_id = w;
+    details.pid = w < workers.size() ? workers[w].pid() : 0;
+    throw WorkerException(std::move(details));
+  }
+
+  // ---- faults ----
+
+  // Throws when a worker has exited. `force` checks now; otherwise at most every
+  // kLivenessInterval (a pidfd in the sleep's poll set catches deaths while waiting).
+  void check_workers(bool force) {
+    const Clock::time_point now = Clock::now();
+    if (!force && now - last_liveness_check < kLivenessInterval) return;
+    last_liveness_check = now;
+    for (std::size_t w = 0; w < workers.size(); ++w) {
+      if (workers[w].try_reap()) worker_died(w);
+    }
+  }
+
+  [[noreturn]] void worker_died(std::size_t w) {
+    const WorkerProcess& process = workers[w];
+    const Channel& channel = ring().channel(w);
+    const std::uint64_t batch = channel.current_batch.load(std::memory_order_relaxed);
+    const std::uint64_t sample = channel.current_sample.load(std::memory_order_relaxed);
+    if (channel.fatal_valid.load(std::memory_order_acquire) != 0) {
+      WorkerException::Details details;
+      details.worker_id = w;
+      details.pid = process.pid();
+      details.type_name = channel.fatal.type_name;
+      details.message = channel.fatal.message;
+      details.where = channel.fatal.where;
+      fail_epoch();
+      throw WorkerException(std::move(details));
+    }
+    WorkerCrashed::Details details;
+    details.worker_id = w;
+    details.pid = process.pid();
+    if (!process.status_known()) {
+      details.exit_code = -1;
+      details.cause =
+          "its exit status is unknown because this process ignores SIGCHLD (the kernel reaped "
+          "the worker); restore SIGCHLD's default disposition to see why it died";
+    } else if (WIFSIGNALED(process.status())) {
+      details.signal = WTERMSIG(process.status());
+    } else {
+      details.exit_code = WEXITSTATUS(process.status());
+    }
+    if (batch != 0) details.batch = batch - 1;
+    if (sample != kNoSample) details.sample_index = sample;
+    fail_epoch();
+    throw WorkerCrashed(std::move(details));
+  }
+
+  // The channel that owes the batch the consumer waits for.
+  std::optional<std::size_t> owing_channel() const noexcept {
+    if (options.in_order) return current->next_in_order % num_channels();
+    std::optional<std::size_t> found;
+    std::uint64_t oldest = 0;
+    for (std::size_t s = 0; s < slots.size(); ++s) {
+      if (slots[s].phase == Phase::kIssued && slots[s].plan == current->id &&
+          (!found || slots[s].batch < oldest)) {
+        found = ring().channel_of(s);
+        oldest = slots[s].batch;
+      }
+    }
+    return found;
+  }
+
+  [[noreturn]] void timed_out(Clock::duration waited) {
+    LoaderTimeout::Details details;
+    details.waited = std::chrono::duration_cast<milliseconds>(waited);
+    details.batch = current->next_in_order;
+    if (const std::optional<std::size_t> w = owing_channel(); w && *w < workers.size()) {
+      details.worker_id = *w;
+      details.pid = workers[*w].pid();
+      const Channel& channel = ring().channel(*w);
+      const std::uint64_t batch = channel.current_batch.load(std::memory_order_relaxed);
+      const std::uint64_t sample = channel.current_sample.load(std::memory_order_relaxed);
+      if (batch != 0) details.batch = batch - 1;
+      if (sample != kNoSample) details.sample_index = sample;
+    }
+    fail_epoch();
+    throw LoaderTimeout(std::move(details));
+  }
+
+  // True when no batch can arrive until the program releases a Batch it holds: every slot
+  // that could carry the next batch is held by the consumer.
+  bool blocked_by_held_batches() const noexcept {
+    if (num_workers == 0) return !free_slot(0);
+    auto all_held = [&](std::size_t w) {
+      const std::size_t first = w * per_channel();
+      for (std::size_t s = first; s < first + per_channel(); ++s) {
+        if (slots[s].phase != Phase::kHeld) return false;
+      }
+      return true;
+    };
+    if (options.in_order) return all_held(current->next_in_order % num_channels());
+    for (std::size_t w = 0; w < num_channels(); ++w) {
+      if (!all_held(w)) return false;
+    }
+    return true;
+  }
+
+  std::string held_message() const {
+    std::size_t held = 0;
+    for (const SlotState& slot : slots) held += slot.phase == Phase::kHeld ? 1 : 0;
+    return fmt::format(
+        "DataLoader: the next batch needs a slot, but the program still holds {} batches and "
+        "every slot that could carry the next one is among them ({} slots: num_workers={} x "
+        "prefetch_factor={}). A Batch is a view into shared memory whose slot is reused only "
+        "when the Batch is destroyed: keep batch.clone() instead of the Batch, or raise "
+        "prefetch_factor",
+        held, slots.size(), num_workers, options.prefetch_factor);
+  }
+
+  // ---- waiting ----
+
+  bool progress_possible() noexcept {
+    collect();
+    return deliverable().has_value() || reclaim();
+  }
+
+  // Sleeps until a worker publishes a result, a slot is released or a worker dies, or the
+  // timeout passes (LoaderTimeout).
+  void wait(Clock::time_point wait_start, bool held_blocked, Clock::time_point& warned_at) {
+    if (spin_until([&] { return progress_possible(); }, kMainSpin)) return;
+    Doorbell& bell = ring().control().main_doorbell;
+    bell.sleeping.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // E: see Doorbell
+    if (progress_possible()) {
+      bell.sleeping.store(0, std::memory_order_relaxed);
+      return;
+    }
+    const Clock::time_point now = Clock::now();
+    milliseconds limit{-1};
+    if (options.timeout.count() > 0) {
+      const auto left =
+          std::chrono::ceil<milliseconds>(wait_start + options.timeout - now);
+      if (left.count() <= 0) {
+        bell.sleeping.store(0, std::memory_order_relaxed);
+        timed_out(now - wait_start);
+      }
+      limit = left;
+    }
+    if (held_blocked) {
+      const auto until_warning = std::chrono::ceil<milliseconds>(
+          warned_at + kHeldWarningInterval - now);
+      if (until_warning.count() <= 0) {
+        spdlog::warn("{} (still waiting for another thread to release one)", held_message());
+        warned_at = now;
+      } else if (limit.count() < 0 || until_warning < limit) {
+        limit = until_warning;
+      }
+    }
+    const bool pidfds = wait_fds.size() == workers.size() + 1;
+    if (!pidfds && !workers.empty() && (limit.count() < 0 || limit > milliseconds(5))) {
+      limit = milliseconds(5);  // no pidfds (Linux < 5.3): look for dead workers by polling
+    }
+    const int ready =
+        wait_fds.empty()
+            ? posix::poll_fds(nullptr, 0, static_cast<int>(limit.count()))
+            : posix::poll_fds(wait_fds.data(), wait_fds.size(), static_cast<int>(limit.count()));
+    bell.sleeping.store(0, std::memory_order_relaxed);
+    posix::eventfd_drain(shared->main_eventfd.get());
+    bool died = !pidfds;
+    for (std::size_t i = 1; ready > 0 && i < wait_fds.size(); ++i) {
+      died = died || wait_fds[i].revents != 0;
+    }
+    check_workers(died);
+  }
+
+  std::optional<Batch> next_batch() {
+    Plan& plan = *current;
+    if (plan.num_batches == 0) {
+      current.reset();
+      return std::nullopt;
+    }
+    const Clock::time_point start = Clock::now();
+    Clock::time_point warned_at = start;
+    for (;;) {
+      reclaim();
+      issue();
+      collect();
+      if (const std::optional<std::size_t> s = deliverable()) {
+        Batch batch = deliver(*s);
+        issue();  // refill the slot the consumer just freed, before it starts computing
+        return batch;
+      }
+      if (plan.done()) {
+        current.reset();
+        if (!options.persistent_workers) stop_workers();
+        return std::nullopt;
+      }
+      if (num_workers == 0 && load_inline()) continue;
+      check_workers(false);
+      const bool held_blocked = blocked_by_held_batches();
+      if (held_blocked && count_threads() <= 1) throw Error(held_message());
+      wait(start, held_blocked, warned_at);
+    }
+  }
+};
+
+LoaderCore::LoaderCore(LoaderOptions options, std::function<std::size_t()> dataset_size,
+                       ProduceFn produce) {
+  validate(options);
+  impl_ = std::make_unique<Impl>(std::move(options), std::move(dataset_size), std::move(produce));
+}
+
+LoaderCore::~LoaderCore() = default;
+
+const LoaderOptions& LoaderCore::options() const noexcept { return impl_->options; }
+
+std::size_t LoaderCore::num_batches() const {
+  return batches_for(impl_->dataset_size(), impl_->options);
+}
+
+void LoaderCore::set_epoch(std::uint64_t epoch) noexcept { impl_->next_epoch = epoch; }
+
+std::uint64_t LoaderCore::epoch() const noexcept { return impl_->next_epoch; }
+
+BatchIterator LoaderCore::begin() {
+  impl_->begin_epoch();
+  return BatchIterator(this, impl_->current->id);
+}
+
+std::vector<pid_t> LoaderCore::worker_pids() const {
+  std::vector<pid_t> pids;
+  for (const WorkerProcess& w : impl_->workers) pids.push_back(w.pid());
+  return pids;
+}
+
+std::optional<Batch> LoaderCore::next(std::uint64_t generation) {
+  Impl& m = *impl_;
+  if (!m.current || m.current->id != generation) return std::nullopt;
+  return m.next_batch();
+}
+
+void LoaderCore::finish(std::uint64_t generation) noexcept {
+  if (impl_->current && impl_->current->id == generation) impl_->abandon_current();
+}
+
+}  // namespace stoker::detail
+
+namespace stoker {
+
+BatchIterator::BatchIterator(BatchIterator&& other) noexcept
+    : core_(std::exchange(other.core_, nullptr)),
+      generation_(other.generation_),
+      current_(std::move(other.current_)),
+      fetched_(other.fetched_),
+      pending_(other.pending_) {}
+
+BatchIterator& BatchIterator::operator=(BatchIterator&& other) noexcept {
+  if (this != &other) {
+    BatchIterator previous(std::move(*this));  // ends this iterator's epoch when it goes
+    core_ = std::exchange(other.core_, nullptr);
+    generation_ = other.generation_;
+    current_ = std::move(other.current_);
+    fetched_ = other.fetched_;
+    pending_ = other.pending_;
+  }
+  return *this;
+}
+
+BatchIterator::~BatchIterator() {
+  current_.reset();
+  if (core_ != nullptr) core_->finish(generation_);
+}
+
+void BatchIterator::fetch() const {
+  pending_ = false;
+  current_.reset();  // its slot can be reused for the batch being fetched
+  fetched_ = false;  // if next() throws, the following fetch moves on to the next batch
+  current_ = core_->next(generation_);
+  fetched_ = true;
+}
+
+bool BatchIterator::at_end() const {
+  if (core_ == nullptr) return true;
+  if (!fetched_) fetch();
+  return !current_.has_value();
+}
+
+const Batch& BatchIterator::operator*() const {
+  if (at_end()) throw std::logic_error("BatchIterator: dereferenced at the end of the epoch");
+  return *current_;
+}
+
+BatchIterator& BatchIterator::operator++() {
+  if (core_ == nullptr) return *this;
+  if (pending_) fetch();  // batch 0 is the current position: load it, then move past it
+  fetch();
+  return *this;
+}
+
+std::optional<Batch> BatchIterator::next() {
+  if (at_end()) return std::nullopt;
+  fetched_ = false;
+  return std::exchange(current_, std::nullopt);
+}
+
+}  // namespace stoker

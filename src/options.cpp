@@ -1,0 +1,36 @@
+#include "stoker/options.hpp"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace stoker {
+namespace {
+
+template <class T>
+void check_range(const char* name, T value, T low, T high, const char* note = "") {
+  if (value < low || value > high) {
+    throw std::invalid_argument(fmt::format(
+        "LoaderOptions::{} is {}; it must be between {} and {}{}", name, value, low, high, note));
+  }
+}
+
+}  // namespace
+
+void validate(const LoaderOptions& o) {
+  check_range("batch_size", o.batch_size, std::size_t{1}, kMaxBatchSize);
+  check_range("num_workers", o.num_workers, 0, kMaxWorkers, " (0 loads in the calling process)");
+  check_range("prefetch_factor", o.prefetch_factor, std::size_t{1}, kMaxPrefetchFactor,
+              " (batches in flight per worker)");
+  if (o.timeout.count() < 0) {
+    throw std::invalid_argument(fmt::format(
+        "LoaderOptions::timeout is {} ms; it must be >= 0 (0 waits forever)", o.timeout.count()));
+  }
+  check_range("max_batch_bytes", o.max_batch_bytes, kMinBatchBytes, kMaxBatchBytes);
+  if (o.persistent_workers && o.num_workers == 0) {
+    throw std::invalid_argument(
+        "LoaderOptions::persistent_workers needs num_workers > 0 (there is no worker to keep)");
+  }
+}
+
+}  // namespace stoker

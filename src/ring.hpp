@@ -1,0 +1,238 @@
+// The batch ring: the layout of the one shared-memory region a loader and its workers share,
+// and the small lock-free pieces inside it. The region is a sealed memfd mapped before fork(),
+// so every process sees it at the same address:
+//
+//   [ControlBlock][Channel 0]..[Channel C-1][pad][slot 0][slot 1]..[slot S-1]
+//
+// Channel w belongs to worker w: a task queue (main -> worker), a result queue (worker -> main),
+// the worker's doorbell and what the worker reports about itself. Slot s belongs to channel
+// s / slots_per_channel (a static partition: a worker only ever writes its own slots). A slot
+// starts with a SlotHeader, then the batch's indices, then the payload the worker writes, then
+// the batch descriptor. Nothing here is a lock: a process that dies cannot leave one held.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <type_traits>
+
+namespace stoker::detail {
+
+inline constexpr std::uint64_t kRingMagic = 0x474e49524b4f5453ULL;  // "STOKRING"
+inline constexpr std::uint32_t kRingVersion = 1;
+inline constexpr std::size_t kCacheLine = 64;
+inline constexpr std::size_t kPageSize = 4096;
+// A channel's queues hold at most slots_per_channel batch messages plus one stop message
+// (INV-QUEUE-2), and slots_per_channel <= kMaxPrefetchFactor (64).
+inline constexpr std::size_t kQueueCapacity = 128;
+inline constexpr std::uint64_t kNoSample = ~std::uint64_t{0};
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+static_assert(sizeof(std::size_t) == sizeof(std::uint64_t), "indices are stored as uint64");
+
+constexpr std::size_t round_up(std::size_t n, std::size_t to) noexcept {
+  return (n + to - 1) / to * to;
+}
+
+enum class MessageKind : std::uint32_t { kBatch = 1, kStop = 2 };
+
+struct Message {
+  MessageKind kind;
+  std::uint32_t slot;  // kBatch: the slot whose header describes the batch
+};
+static_assert(std::is_trivially_copyable_v<Message>);
+
+// Single-producer, single-consumer queue of Messages in shared memory.
+//
+// Design: tail_ is written only by the producer and head_ only by the consumer; both count
+// messages since reset() and never wrap in practice (2^64). Each sits on its own cache line so
+// the two sides do not false-share. The producer writes the message, then publishes it with a
+// release store of tail_ (B); the consumer's acquire load of tail_ (C) pairs with B, so it sees
+// the message. The consumer releases the cell with a release store of head_ (D), paired with
+// the producer's acquire load of head_ (A), so the producer never overwrites a cell being read.
+// INV-QUEUE-1: head_ <= tail_ <= head_ + kQueueCapacity.
+class SpscQueue {
+ public:
+  // Only while neither side is running (before a worker is forked, after it is reaped).
+  void reset() noexcept {
+    head_.store(0, std::memory_order_relaxed);
+    tail_.store(0, std::memory_order_relaxed);
+  }
+
+  // ---- Producer API ----
+  // False when full, which INV-QUEUE-2 rules out for stoker's use.
+  bool try_push(const Message& message) noexcept {
+    const std::uint64_t tail = tail_.load(std::memory_order_relaxed);  // own index
+    const std::uint64_t head = head_.load(std::memory_order_acquire);  // A: pairs with D
+    if (tail - head >= kQueueCapacity) return false;                   // INV-QUEUE-1
+    cells_[tail % kQueueCapacity] = message;
+    tail_.store(tail + 1, std::memory_order_release);  // B: publishes the cell
+    return true;
+  }
+
+  // ---- Consumer API ----
+  bool try_pop(Message& message) noexcept {
+    const std::uint64_t head = head_.load(std::memory_order_relaxed);  // own index
+    const std::uint64_t tail = tail_.load(std::memory_order_acquire);  // C: pairs with B
+    if (head == tail) return false;
+    message = cells_[head % kQueueCapacity];
+    head_.store(head + 1, std::memory_order_release);  // D: frees the cell
+    return true;
+  }
+
+  // Racy by nature: either side may use it as a hint before sleeping.
+  bool empty_approx() const noexcept {
+    return head_.load(std::memory_order_acquire) == tail_.load(std::memory_order_acquire);
+  }
+
+ private:
+  alignas(kCacheLine) std::atomic<std::uint64_t> head_;
+  alignas(kCacheLine) std::atomic<std::uint64_t> tail_;
+  alignas(kCacheLine) Message cells_[kQueueCapacity];
+};
+
+// A sleeping flag beside an eventfd: the waker makes the write(2) only when the sleeper said it
+// is about to sleep, so a busy ring costs no system call per batch.
+//
+// Sleeper: sleeping = 1; fence(seq_cst) (E); re-check its condition; poll the eventfd;
+//          sleeping = 0; drain the eventfd.
+// Waker:   publish (a queue push or a slot release); fence(seq_cst) (F); if sleeping: write.
+// E and F order the flag store before the re-check, and the publish before the flag load:
+// either the sleeper's re-check sees the publish, or the waker sees the flag. No lost wake-up.
+struct Doorbell {
+  alignas(kCacheLine) std::atomic<std::uint32_t> sleeping;
+};
+
+// Rings `bell` after the caller published something its sleeper waits for. Either process.
+void ring_doorbell(Doorbell& bell, int eventfd) noexcept;
+
+// A bounded, NUL-terminated copy of an error, written by the process that saw it and read by
+// the main process after the writer published it (slot result) or died (channel fatal report).
+struct ErrorReport {
+  std::uint64_t sample;  // dataset index being loaded, or kNoSample
+  std::uint64_t batch;   // batch number within its epoch
+  char where[32];        // "get()", "collate", "worker_init", ...
+  char type_name[224];
+  char message[1792];
+
+  void set(std::uint64_t sample_index, std::uint64_t batch_number, std::string_view where_text,
+           std::string_view type, std::string_view what) noexcept;
+};
+
+enum class SlotStatus : std::uint32_t { kEmpty = 0, kOk = 1, kError = 2 };
+
+// The start of every slot.
+struct SlotHeader {
+  std::uint64_t magic;  // kRingMagic, written once at creation
+  // Written by the main process before it pushes the task; the loading process reads them
+  // after its acquire pop (C), so they are visible.
+  std::uint64_t plan;         // which epoch plan this batch belongs to (stale ones are dropped)
+  std::uint64_t batch;        // position in the epoch
+  std::uint64_t epoch;
+  std::uint64_t num_indices;  // uint64 indices follow the header
+  // Written by the loading process before it pushes the result; the main process reads them
+  // after its acquire pop of the result.
+  SlotStatus status;
+  std::uint32_t reserved;
+  std::uint64_t descriptor_offset;  // from the slot's start
+  std::uint64_t descriptor_bytes;
+  ErrorReport error;                // status == kError
+  // Bytes from the slot's start that the writing worker has backed with memory (grows only).
+  // Written only by the worker that owns the slot; a replacement worker reads it after fork()
+  // (which orders it) to pre-fault what its predecessor used.
+  std::atomic<std::uint64_t> committed;
+};
+static_assert(std::is_standard_layout_v<SlotHeader>);
+inline constexpr std::size_t kSlotHeaderBytes = round_up(sizeof(SlotHeader), kCacheLine);
+
+// What the main process and one worker share.
+struct Channel {
+  SpscQueue tasks;    // producer: main; consumer: the worker
+  SpscQueue results;  // producer: the worker; consumer: main
+  Doorbell doorbell;  // the worker sleeps on it; main rings it after pushing a task
+  // Written by the worker (relaxed) as it goes; read by main after the worker died (the
+  // waitpid() that reaped it orders them) to say what it was doing.
+  alignas(kCacheLine) std::atomic<std::uint64_t> current_sample;  // kNoSample between samples
+  std::atomic<std::uint64_t> current_batch;                       // +1; 0 when idle
+  // Written by main, read by the worker between samples: abandon the batch and exit.
+  std::atomic<std::uint32_t> stop_requested;
+  // Written by the worker before it exits on an error outside any batch (worker_init);
+  // `fatal_valid` is stored (release) after the report, read by main after reaping.
+  std::atomic<std::uint32_t> fatal_valid;
+  ErrorReport fatal;
+};
+static_assert(std::is_standard_layout_v<Channel>);
+
+struct ControlBlock {
+  std::uint64_t magic;  // kRingMagic
+  std::uint32_t version;
+  std::uint32_t num_channels;
+  std::uint32_t slots_per_channel;
+  std::uint32_t num_slots;
+  std::uint64_t slot_stride;   // bytes from one slot to the next (page multiple)
+  std::uint64_t slots_offset;  // from the region's start
+  Doorbell main_doorbell;      // the main process sleeps on it; workers ring it after a result
+};
+static_assert(std::is_standard_layout_v<ControlBlock>);
+
+// A mapped ring. Created by the main process before forking; inherited by workers.
+class Ring {
+ public:
+  // Throws stoker::Error when the memfd cannot be created, sized or mapped, or its header
+  // pages cannot be backed.
+  Ring(std::size_t num_channels, std::size_t slots_per_channel, std::size_t slot_bytes);
+  ~Ring();
+  Ring(const Ring&) = delete;
+  Ring& operator=(const Ring&) = delete;
+
+  ControlBlock& control() const noexcept { return *control_; }
+  Channel& channel(std::size_t w) const noexcept { return channels_[w]; }
+  std::size_t num_channels() const noexcept { return control_->num_channels; }
+  std::size_t num_slots() const noexcept { return control_->num_slots; }
+  std::size_t slots_per_channel() const noexcept { return control_->slots_per_channel; }
+  std::size_t slot_bytes() const noexcept { return control_->slot_stride; }
+  std::size_t channel_of(std::size_t slot) const noexcept { return slot / slots_per_channel(); }
+  std::byte* slot(std::size_t s) const noexcept {
+    return base_ + control_->slots_offset + s * control_->slot_stride;
+  }
+  SlotHeader& header(std::size_t s) const noexcept {
+    return *reinterpret_cast<SlotHeader*>(slot(s));
+  }
+  std::uint64_t* indices(std::size_t s) const noexcept {
+    return reinterpret_cast<std::uint64_t*>(slot(s) + kSlotHeaderBytes);
+  }
+  // Where a batch's payload may start once its indices are written.
+  static std::size_t payload_start(std::size_t num_indices) noexcept {
+    return round_up(kSlotHeaderBytes + num_indices * sizeof(std::uint64_t), kCacheLine);
+  }
+  std::byte* base() const noexcept { return base_; }
+  std::size_t mapped_bytes() const noexcept { return bytes_; }
+
+ private:
+  std::byte* base_ = nullptr;
+  std::size_t bytes_ = 0;
+  ControlBlock* control_ = nullptr;
+  Channel* channels_ = nullptr;
+};
+
+// Makes [offset, end) of slot `s` backed and present in this process: the per-process record of
+// what each slot has pre-faulted, so the hot path touches only memory that is already mapped.
+class SlotMemory {
+ public:
+  explicit SlotMemory(const Ring& ring);
+  // Ensures the first `bytes` of slot `s` are backed, growing by at least 1/8 in 64 KiB steps.
+  // Throws stoker::Error (with the sizes) when shared memory cannot be backed.
+  void ensure(std::size_t s, std::size_t bytes);
+  // Pre-faults what the slot's previous writers committed (a new worker's start-up).
+  void adopt(std::size_t s);
+
+ private:
+  const Ring& ring_;
+  std::unique_ptr<std::size_t[]> ready_;  // per slot: bytes present in this process
+};
+
+}  // namespace stoker::detail

@@ -1,0 +1,106 @@
+#include "stoker/sample.hpp"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "stoker/batch.hpp"
+
+namespace stoker {
+namespace detail {
+
+const Tensor* find_field(const std::vector<Field>& fields, std::string_view name) noexcept {
+  for (const Field& field : fields) {
+    if (field.first == name) return &field.second;
+  }
+  return nullptr;
+}
+
+void throw_missing_field(std::string_view owner, std::string_view name,
+                         const std::vector<Field>& fields) {
+  std::string names;
+  for (const Field& field : fields) {
+    if (!names.empty()) names += ", ";
+    names += field.first;
+  }
+  throw std::out_of_range(fmt::format("{}: no field named '{}' (its fields: {})", owner, name,
+                                      names.empty() ? std::string("none") : names));
+}
+
+}  // namespace detail
+
+Sample& Sample::set(std::string_view name, Tensor tensor) {
+  if (name.empty()) throw std::invalid_argument("Sample::set: the field name is empty");
+  if (!tensor.defined()) {
+    throw std::invalid_argument(
+        fmt::format("Sample::set: the tensor for field '{}' is undefined", name));
+  }
+  for (Field& field : fields_) {
+    if (field.first == name) {
+      field.second = std::move(tensor);
+      return *this;
+    }
+  }
+  fields_.emplace_back(std::string(name), std::move(tensor));
+  return *this;
+}
+
+const Tensor& Sample::operator[](std::string_view name) const {
+  if (const Tensor* t = find(name)) return *t;
+  detail::throw_missing_field("Sample", name, fields_);
+}
+
+const Tensor* Sample::find(std::string_view name) const noexcept {
+  return detail::find_field(fields_, name);
+}
+
+std::size_t Sample::nbytes() const noexcept {
+  std::size_t n = 0;
+  for (const Field& field : fields_) n += field.second.nbytes();
+  return n;
+}
+
+Batch::Batch(std::vector<Field> fields, std::span<const std::size_t> indices, std::uint64_t epoch,
+             std::uint64_t index, std::shared_ptr<const void> keeper)
+    : fields_(std::move(fields)),
+      indices_(indices),
+      keeper_(std::move(keeper)),
+      epoch_(epoch),
+      index_(index) {}
+
+const Tensor& Batch::operator[](std::string_view name) const {
+  if (const Tensor* t = find(name)) return *t;
+  detail::throw_missing_field("Batch", name, fields_);
+}
+
+const Tensor* Batch::find(std::string_view name) const noexcept {
+  return detail::find_field(fields_, name);
+}
+
+std::size_t Batch::nbytes() const noexcept {
+  std::size_t n = 0;
+  for (const Field& field : fields_) n += field.second.nbytes();
+  return n;
+}
+
+bool Batch::is_view() const noexcept {
+  for (const Field& field : fields_) {
+    if (field.second.is_view()) return true;
+  }
+  return false;
+}
+
+Batch Batch::clone() const {
+  struct Owned {
+    std::vector<std::size_t> indices;
+  };
+  auto owned = std::make_shared<Owned>();
+  owned->indices.assign(indices_.begin(), indices_.end());
+  std::vector<Field> fields;
+  fields.reserve(fields_.size());
+  for (const Field& field : fields_) fields.emplace_back(field.first, field.second.clone());
+  const std::span<const std::size_t> indices(owned->indices);
+  return Batch(std::move(fields), indices, epoch_, index_, std::move(owned));
+}
+
+}  // namespace stoker

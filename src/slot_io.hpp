@@ -1,0 +1,75 @@
+// Writing a batch into a slot (in whichever process loads it: a worker, or the main process
+// when num_workers == 0) and reading it back as zero-copy tensors (main process).
+//
+// A slot, from its start: SlotHeader | indices (uint64) | fields, each 64-byte aligned |
+// descriptor. The descriptor is written last: u32 field count, u32 0, then per field
+// {u64 offset, u64 nbytes, u32 name length, u8 dtype, u8 ndim, u16 0, i64 dims[ndim],
+// name bytes padded to 8}. Offsets are from the slot's start.
+#pragma once
+
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ring.hpp"
+#include "stoker/detail/loader_core.hpp"
+#include "stoker/sample.hpp"
+
+namespace stoker::detail {
+
+// Thrown by SlotWriter::begin_sample when the main process asked the worker to stop.
+struct Cancelled {};
+
+class SlotWriter final : public BatchSink {
+ public:
+  // `channel` is the loading worker's, or nullptr in the main process.
+  SlotWriter(const Ring& ring, SlotMemory& memory, std::size_t slot, Channel* channel);
+
+  Tensor alloc(std::string_view name, DType dtype, const Shape& shape) override;
+  std::span<const std::size_t> indices() const noexcept override { return indices_; }
+  std::uint64_t epoch() const noexcept override { return header_.epoch; }
+  void begin_sample(std::size_t index) override;
+  void begin_collate() noexcept override { where_ = "collate"; }
+
+  // Writes the descriptor and marks the slot kOk.
+  void finish();
+  // Inside a catch block: records the exception being handled and marks the slot kError.
+  void fail_with_current_exception() noexcept;
+
+ private:
+  struct FieldRecord {
+    std::string name;
+    DType dtype;
+    Shape shape;
+    std::size_t offset;
+    std::size_t nbytes;
+  };
+  const Ring& ring_;
+  SlotMemory& memory_;
+  std::size_t slot_;
+  Channel* channel_;
+  SlotHeader& header_;
+  std::span<const std::size_t> indices_;
+  std::vector<FieldRecord> fields_;
+  std::size_t cursor_;
+  std::uint64_t sample_ = kNoSample;
+  const char* where_ = "get()";
+};
+
+enum class LoadOutcome { kOk, kError, kCancelled };
+
+// Loads the batch described by slot `s`'s header: runs `produce` through a SlotWriter and leaves
+// the slot kOk or kError. When `error` is given, a failure's exception is stored there too (the
+// main process nests it in the WorkerException). Never throws.
+LoadOutcome load_batch(const Ring& ring, SlotMemory& memory, std::size_t s, Channel* channel,
+                       const ProduceFn& produce, std::exception_ptr* error) noexcept;
+
+// Main process: the fields of the kOk batch in slot `s`, as views kept alive by `keeper`.
+// Throws stoker::Error when the descriptor is malformed.
+std::vector<Field> read_fields(const Ring& ring, std::size_t s,
+                               const std::shared_ptr<const void>& keeper);
+
+}  // namespace stoker::detail

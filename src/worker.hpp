@@ -1,0 +1,88 @@
+// Worker processes: forking one (and what the child does first), its serve loop, and reaping.
+// Only the main process forks, and only from LoaderCore; a worker never forks and never
+// returns from worker_main: it leaves with _exit().
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "posix.hpp"
+#include "ring.hpp"
+#include "stoker/detail/loader_core.hpp"
+#include "stoker/worker_info.hpp"
+
+namespace stoker::detail {
+
+// A worker that exits with this status wrote Channel::fatal first.
+inline constexpr int kExitFatalReported = 121;
+
+void set_worker_info(const WorkerInfo& info) noexcept;
+
+// Everything a new worker needs; it all lives in the main process's memory, which the child
+// inherits at the same addresses.
+struct WorkerLaunch {
+  std::size_t id = 0;
+  std::size_t num_workers = 0;
+  std::uint64_t seed = 0;
+  const Ring* ring = nullptr;
+  int task_eventfd = -1;  // the worker sleeps on it
+  int main_eventfd = -1;  // the worker rings it after publishing a result
+  int lifeline_read = -1; // read end of this worker's lifeline pipe
+  const ProduceFn* produce = nullptr;
+  const std::function<void(std::size_t)>* worker_init = nullptr;
+};
+
+class WorkerProcess {
+ public:
+  // Main process. Forks a worker running worker_main(launch). Throws stoker::Error naming the
+  // worker and what to do when fork() fails.
+  static WorkerProcess spawn(const WorkerLaunch& launch);
+
+  WorkerProcess() = default;
+  WorkerProcess(WorkerProcess&& other) noexcept;
+  WorkerProcess& operator=(WorkerProcess&& other) noexcept;
+  WorkerProcess(const WorkerProcess&) = delete;
+  WorkerProcess& operator=(const WorkerProcess&) = delete;
+  // Kills and reaps a worker that is still running: a bounded wait, never throws.
+  ~WorkerProcess();
+
+  pid_t pid() const noexcept { return pid_; }
+  // Readable once the worker has exited; -1 on kernels without pidfds (before 5.3).
+  int pidfd() const noexcept { return pidfd_.get(); }
+  bool reaped() const noexcept { return reaped_ || pid_ <= 0; }
+  // Non-blocking. True once the worker has exited and been reaped; its wait status is then in
+  // status() (or status_known() is false when SIGCHLD is ignored and the kernel reaped it).
+  bool try_reap() noexcept;
+  int status() const noexcept { return status_; }
+  bool status_known() const noexcept { return status_known_; }
+  void kill(int signal) const noexcept;
+
+ private:
+  void release_fds() noexcept;
+  pid_t pid_ = -1;
+  posix::Fd pidfd_;
+  posix::Fd lifeline_;  // write end; closing it tells the worker the main process is gone
+  bool reaped_ = false;
+  bool status_known_ = false;
+  int status_ = 0;
+};
+
+// Waits until every worker has exited, escalating: up to `grace` for them to leave on their own
+// (after the caller asked them to stop), then SIGTERM and up to `grace` more, then SIGKILL.
+// Reaps all of them. Never throws; returns within about 2 x grace plus the kernel's kill time.
+void reap_all(std::span<WorkerProcess> workers, std::chrono::milliseconds grace) noexcept;
+
+// Waits up to `timeout` for any unreaped worker to exit (the caller then calls try_reap()).
+void wait_for_exit(std::span<WorkerProcess> workers, std::chrono::milliseconds timeout) noexcept;
+
+// Warns once per process (through spdlog) when the caller has more than one thread.
+void warn_if_multithreaded() noexcept;
+// Threads in this process, from /proc/self/stat; 0 when unknown.
+std::size_t count_threads() noexcept;
+
+}  // namespace stoker::detail

@@ -1,0 +1,221 @@
+// stoker-bench: runs one of the fixed synthetic workloads through a DataLoader and prints one
+// JSON line of measured figures. Reproduce any figure with the "command" it prints.
+//
+//   stoker-bench --workload {tiny,image,cpu} --workers N --epochs E --warmup W [--persistent]
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "bench_workloads.hpp"
+#include "stoker/stoker.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  std::string workload = "tiny";
+  int workers = 2;
+  int epochs = 5;
+  int warmup = 1;
+  bool persistent = false;
+  std::size_t prefetch = 2;
+  std::string command;
+};
+
+[[noreturn]] void usage(const std::string& problem) {
+  std::fprintf(stderr,
+               "stoker-bench: %s\nusage: stoker-bench --workload {tiny,image,cpu} --workers N "
+               "--epochs E --warmup W [--persistent] [--prefetch P]\n",
+               problem.c_str());
+  std::exit(2);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  a.command = "stoker-bench";
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    a.command += " " + flag;
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(flag + " needs a value");
+      a.command += std::string(" ") + argv[i + 1];
+      return argv[++i];
+    };
+    auto number = [&](int low, int high) {
+      const std::string v = value();
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end != '\0' || n < low || n > high) {
+        usage(fmt::format("{} must be a whole number from {} to {}, not '{}'", flag, low, high, v));
+      }
+      return static_cast<int>(n);
+    };
+    if (flag == "--workload") {
+      a.workload = value();
+      if (a.workload != "tiny" && a.workload != "image" && a.workload != "cpu") {
+        usage("--workload must be tiny, image or cpu");
+      }
+    } else if (flag == "--workers") {
+      a.workers = number(0, 256);
+    } else if (flag == "--epochs") {
+      a.epochs = number(1, 1000);
+    } else if (flag == "--warmup") {
+      a.warmup = number(0, 1000);
+    } else if (flag == "--prefetch") {
+      a.prefetch = static_cast<std::size_t>(number(1, 64));
+    } else if (flag == "--persistent") {
+      a.persistent = true;
+    } else if (flag == "--help" || flag == "-h") {
+      usage("help");
+    } else {
+      usage("unknown option " + flag);
+    }
+  }
+  if (a.persistent && a.workers == 0) usage("--persistent needs --workers 1 or more");
+  return a;
+}
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+double cpu_seconds(int who) {
+  rusage usage{};
+  getrusage(who, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
+}
+
+// utime + stime of a live process, from /proc/<pid>/stat.
+double process_cpu_seconds(pid_t pid) {
+  std::FILE* f = std::fopen(fmt::format("/proc/{}/stat", pid).c_str(), "r");
+  if (f == nullptr) return 0;
+  char buffer[1024];
+  const std::size_t n = std::fread(buffer, 1, sizeof buffer - 1, f);
+  std::fclose(f);
+  buffer[n] = '\0';
+  const char* p = std::strrchr(buffer, ')');
+  if (p == nullptr) return 0;
+  unsigned long utime = 0;
+  unsigned long stime = 0;
+  // After ") ": state, then fields 4..13, then utime (14) and stime (15).
+  if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime) !=
+      2) {
+    return 0;
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+template <class D>
+int run(const Args& a, D dataset, std::size_t batch_size) {
+  stoker::LoaderOptions opt;
+  opt.batch_size = batch_size;
+  opt.num_workers = a.workers;
+  opt.persistent_workers = a.persistent;
+  opt.prefetch_factor = a.prefetch;
+  opt.drop_last = a.workload == "tiny";
+  const std::size_t n = dataset.size();
+  stoker::DataLoader loader(std::move(dataset), opt);
+
+  std::vector<double> epoch_s;
+  std::vector<double> first_batch_ms;
+  double first_batch_cold_ms = 0;
+  double checksum = 0;
+  double expected = 0;
+  std::size_t bytes_per_epoch = 0;
+  std::size_t samples_per_epoch = 0;
+  double cpu_start = 0;
+  std::vector<std::pair<pid_t, double>> live_at_start;
+
+  for (int e = 0; e < a.warmup + a.epochs; ++e) {
+    const bool timed = e >= a.warmup;
+    if (e == a.warmup) {
+      cpu_start = cpu_seconds(RUSAGE_SELF) + cpu_seconds(RUSAGE_CHILDREN);
+      for (const pid_t pid : loader.worker_pids()) {
+        live_at_start.emplace_back(pid, process_cpu_seconds(pid));
+      }
+    }
+    double sum = 0;
+    std::size_t bytes = 0;
+    std::size_t samples = 0;
+    const Clock::time_point start = Clock::now();
+    Clock::time_point first{};
+    bool have_first = false;
+    for (const stoker::Batch& batch : loader) {
+      if (!have_first) {
+        first = Clock::now();
+        have_first = true;
+      }
+      const stoker::Tensor& data = batch["data"];
+      const stoker::Tensor& label = batch["label"];
+      if constexpr (std::is_same_v<D, stoker::bench::ImageDataset>) {
+        sum += static_cast<double>(data.data<std::uint8_t>()[data.numel() - 1]);
+      } else {
+        sum += static_cast<double>(data.data<float>()[data.numel() - 1]);
+      }
+      sum += static_cast<double>(label.data<std::int64_t>()[label.numel() - 1]);
+      bytes += batch.nbytes();
+      samples += batch.size();
+    }
+    const Clock::time_point end = Clock::now();
+    if (e == 0) first_batch_cold_ms = seconds(first - start) * 1e3;
+    if (!timed) continue;
+    epoch_s.push_back(seconds(end - start));
+    first_batch_ms.push_back(seconds(first - start) * 1e3);
+    checksum += sum;
+    bytes_per_epoch = bytes;
+    samples_per_epoch = samples;
+    const std::size_t batches = loader.size();
+    for (std::size_t b = 0; b < batches; ++b) {
+      const std::size_t last = std::min((b + 1) * batch_size, n) - 1;
+      expected += D::last_value(last) + static_cast<double>(last % 10);
+    }
+  }
+  double cpu = cpu_seconds(RUSAGE_SELF) + cpu_seconds(RUSAGE_CHILDREN) - cpu_start;
+  for (const pid_t pid : loader.worker_pids()) {
+    double before = 0;
+    for (const auto& [p, t] : live_at_start) before = p == pid ? t : before;
+    cpu += process_cpu_seconds(pid) - before;
+  }
+
+  std::vector<double> sorted = epoch_s;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  const double total_samples = static_cast<double>(samples_per_epoch) * a.epochs;
+  fmt::print(
+      "{{\"impl\": \"stoker\", \"variant\": \"{}\", \"workload\": \"{}\", \"workers\": {}, "
+      "\"batch_size\": {}, \"prefetch_factor\": {}, \"samples_per_epoch\": {}, "
+      "\"bytes_per_epoch\": {}, \"epoch_s\": [{:.6f}], \"first_batch_ms\": [{:.3f}], "
+      "\"first_batch_cold_ms\": {:.3f}, \"samples_per_s\": {:.1f}, \"mb_per_s\": {:.1f}, "
+      "\"cpu_us_per_sample\": {:.3f}, \"checksum\": {:.1f}, \"checksum_ok\": {}, "
+      "\"command\": \"{}\"}}\n",
+      a.persistent ? "persistent" : "default", a.workload, a.workers, batch_size, a.prefetch,
+      samples_per_epoch, bytes_per_epoch, fmt::join(epoch_s, ", "),
+      fmt::join(first_batch_ms, ", "), first_batch_cold_ms,
+      static_cast<double>(samples_per_epoch) / median,
+      static_cast<double>(bytes_per_epoch) / median / 1e6, cpu / total_samples * 1e6, checksum,
+      checksum == expected ? "true" : "false", a.command);
+  return checksum == expected ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  try {
+    if (a.workload == "tiny") return run(a, stoker::bench::TinyDataset{}, 256);
+    if (a.workload == "image") return run(a, stoker::bench::ImageDataset{}, 64);
+    return run(a, stoker::bench::CpuDataset{}, 32);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "stoker-bench: %s\n", e.what());
+    return 1;
+  }
+}
