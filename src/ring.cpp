@@ -27,9 +27,9 @@ void copy_truncated(char* dst, std::size_t capacity, std::string_view text) noex
 
 // Backs and maps [p, p + n) in this process. Returns 0 or an errno value.
 int populate(std::byte* p, std::size_t n) noexcept {
-  if (posix::populate_write(p, n) == 0) return 0;
+  if (posix::populate(p, n) == 0) return 0;
   if (errno != EINVAL) return errno;
-  // Kernels before 5.14 lack MADV_POPULATE_WRITE: touch each page with an atomic no-op, which
+  // Kernels before 5.14 lack MADV_POPULATE_READ: touch each page with an atomic no-op, which
   // cannot clobber a concurrent writer. Exhaustion then shows up as SIGBUS, not as an error.
   for (std::size_t off = 0; off < n; off += kPageSize) {
     __atomic_fetch_add(reinterpret_cast<std::uint64_t*>(p + off), 0, __ATOMIC_RELAXED);
@@ -150,10 +150,6 @@ void SlotMemory::ensure(std::size_t s, std::size_t bytes) {
   while (seen < target &&
          !committed.compare_exchange_weak(seen, target, std::memory_order_relaxed)) {
   }
-}
-
-void SlotMemory::adopt(std::size_t s) {
-  ensure(s, ring_.header(s).committed.load(std::memory_order_relaxed));
 }
 
 }  // namespace stoker::detail

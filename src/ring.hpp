@@ -141,9 +141,8 @@ struct SlotHeader {
   std::uint64_t descriptor_offset;  // from the slot's start
   std::uint64_t descriptor_bytes;
   ErrorReport error;                // status == kError
-  // Bytes from the slot's start that the writing worker has backed with memory (grows only).
-  // Written only by the worker that owns the slot; a replacement worker reads it after fork()
-  // (which orders it) to pre-fault what its predecessor used.
+  // Bytes from the slot's start that some process has backed with memory (grows only, by CAS:
+  // main backs the indices, the loading process the payload). Read for memory accounting.
   std::atomic<std::uint64_t> committed;
 };
 static_assert(std::is_standard_layout_v<SlotHeader>);
@@ -227,8 +226,6 @@ class SlotMemory {
   // Ensures the first `bytes` of slot `s` are backed, growing by at least 1/8 in 64 KiB steps.
   // Throws stoker::Error (with the sizes) when shared memory cannot be backed.
   void ensure(std::size_t s, std::size_t bytes);
-  // Pre-faults what the slot's previous writers committed (a new worker's start-up).
-  void adopt(std::size_t s);
 
  private:
   const Ring& ring_;

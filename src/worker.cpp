@@ -131,11 +131,11 @@ void wait_for_task(Channel& channel, const WorkerLaunch& launch) noexcept {
 
   const Ring& ring = *launch.ring;
   Channel& channel = ring.channel(launch.id);
+  // Slots are pre-faulted as batches need them (SlotWriter), not all up front: a fresh
+  // worker's first batch then waits for one slot's page tables, not for all of them.
   std::optional<SlotMemory> memory;
   try {
     memory.emplace(ring);
-    const std::size_t first = launch.id * ring.slots_per_channel();
-    for (std::size_t s = first; s < first + ring.slots_per_channel(); ++s) memory->adopt(s);
   } catch (...) {
     exit_with_fatal(channel, "worker start-up");
   }
