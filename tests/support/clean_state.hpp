@@ -1,0 +1,40 @@
+// The clean-state checker: what a test snapshots before it creates a loader and requires again
+// after destroying it. No child process (running or zombie), the same number of open file
+// descriptors, and no stoker ring still mapped.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace stoker::test {
+
+struct ProcessState {
+  std::size_t open_fds = 0;
+  std::vector<pid_t> children;     // any state, zombies included
+  std::size_t ring_mappings = 0;   // lines of /proc/self/maps naming memfd:stoker-ring
+};
+
+ProcessState process_state();
+std::vector<pid_t> child_pids();
+std::size_t open_fd_count();
+std::size_t ring_mapping_count();
+// Everything that differs from `baseline`, as text; empty when the state is clean.
+std::string differences(const ProcessState& baseline, const ProcessState& now);
+
+// CPU time (user + system) of a live process, in seconds; -1 when it is gone.
+double process_cpu_seconds(pid_t pid);
+bool process_alive(pid_t pid);  // exists and is not a zombie
+
+}  // namespace stoker::test
+
+// Requires the process to be back at `baseline`; children get up to 5 s to be reaped.
+#define STOKER_REQUIRE_CLEAN(baseline)                                              \
+  do {                                                                              \
+    const std::string stoker_diff_ =                                                \
+        ::stoker::test::differences((baseline), ::stoker::test::process_state());   \
+    INFO(stoker_diff_);                                                             \
+    REQUIRE(stoker_diff_.empty());                                                  \
+  } while (false)
