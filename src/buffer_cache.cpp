@@ -1,5 +1,6 @@
 #include "buffer_cache.hpp"
 
+#include <array>
 #include <atomic>
 #include <bit>
 #include <new>
@@ -60,8 +61,10 @@ void* take(std::size_t cls) noexcept {
 
 void give_back(std::size_t cls, void* block) noexcept {
   Cache& c = cache();
-  void* evicted = nullptr;
-  std::size_t evicted_cls = 0;
+  // Blocks evicted to respect the limits, freed after the lock is dropped: at most every block
+  // cached before this one.
+  std::array<void*, kMaxCachedBlocks + 1> evicted{};
+  std::size_t n_evicted = 0;
   bool kept = false;
   c.lock();
   if (cls <= kMaxCachedBytesTotal) {
@@ -69,10 +72,9 @@ void give_back(std::size_t cls, void* block) noexcept {
       c.blocks.emplace_back(cls, block);
       c.bytes += cls;
       kept = true;
-      if (c.blocks.size() > kMaxCachedBlocks || c.bytes > kMaxCachedBytesTotal) {
-        evicted_cls = c.blocks.front().first;
-        evicted = c.blocks.front().second;
-        c.bytes -= evicted_cls;
+      while (c.blocks.size() > kMaxCachedBlocks || c.bytes > kMaxCachedBytesTotal) {
+        evicted[n_evicted++] = c.blocks.front().second;
+        c.bytes -= c.blocks.front().first;
         c.blocks.erase(c.blocks.begin());
       }
     } catch (...) {
@@ -81,7 +83,7 @@ void give_back(std::size_t cls, void* block) noexcept {
   }
   c.unlock();
   if (!kept) ::operator delete(block, kAlign);
-  if (evicted != nullptr) ::operator delete(evicted, kAlign);
+  for (std::size_t i = 0; i < n_evicted; ++i) ::operator delete(evicted[i], kAlign);
 }
 
 struct CachedDeleter {

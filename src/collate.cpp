@@ -22,8 +22,8 @@ void StackCollator::start(const Sample& first) {
 
 void StackCollator::add(const Sample& sample) {
   if (count_ >= out_.batch_size()) {
-    throw std::out_of_range(fmt::format("StackCollator::add: the batch holds {} samples already",
-                                        out_.batch_size()));
+    throw std::out_of_range(
+        fmt::format("StackCollator::add: the batch holds {} samples already", out_.batch_size()));
   }
   if (count_ == 0) start(sample);
   const std::vector<Field>& fields = sample.fields();
@@ -56,8 +56,7 @@ void StackCollator::add(const Sample& sample) {
   ++count_;
 }
 
-void StackCollator::mismatch(const Column& column, const Tensor* got,
-                             std::string_view what) const {
+void StackCollator::mismatch(const Column& column, const Tensor* got, std::string_view what) const {
   const std::size_t first = out_.indices()[0];
   const std::size_t here = out_.indices()[count_];
   std::string message;

@@ -1,9 +1,9 @@
 #include "crash_report.hpp"
 
+#include <cxxabi.h>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <cxxabi.h>
 #include <memory>
 #include <typeinfo>
 
@@ -69,19 +69,19 @@ std::string describe_crash(const WorkerCrashed::Details& d) {
 }
 
 std::string describe_exception(const WorkerException::Details& d) {
-  const std::string who = d.worker_id ? fmt::format("DataLoader worker {} (pid {})", *d.worker_id,
-                                                    d.pid)
-                                      : std::string("DataLoader (in the main process)");
+  const std::string who = d.worker_id
+                              ? fmt::format("DataLoader worker {} (pid {})", *d.worker_id, d.pid)
+                              : std::string("DataLoader (in the main process)");
   const std::string what = d.message.empty() ? std::string() : fmt::format(": {}", d.message);
   const std::string where = d.where.empty() ? std::string() : fmt::format(" in {}", d.where);
   return fmt::format(
-      "{} caught {}{}{}{}; the loader is still usable: the next fetch returns the next batch",
-      who, d.type_name, where, at_what(d.sample_index, d.batch), what);
+      "{} caught {}{}{}{}; the loader is still usable: the next fetch returns the next batch", who,
+      d.type_name, where, at_what(d.sample_index, d.batch), what);
 }
 
 std::string describe_timeout(const LoaderTimeout::Details& d) {
-  const std::string who =
-      d.worker_id ? fmt::format("worker {} (pid {})", *d.worker_id, d.pid) : std::string("the loader");
+  const std::string who = d.worker_id ? fmt::format("worker {} (pid {})", *d.worker_id, d.pid)
+                                      : std::string("the loader");
   const std::string doing =
       d.sample_index ? fmt::format(", and was loading sample {}", *d.sample_index) : std::string();
   return fmt::format(

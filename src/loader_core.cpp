@@ -70,6 +70,10 @@ struct RingShared {
 };
 
 struct SlotLease {
+  SlotLease(std::shared_ptr<RingShared> ring, std::size_t s) noexcept
+      : shared(std::move(ring)), slot(s) {}
+  SlotLease(const SlotLease&) = delete;  // one lease per delivery: its destructor frees the slot
+  SlotLease& operator=(const SlotLease&) = delete;
   std::shared_ptr<RingShared> shared;
   std::size_t slot;
   ~SlotLease() {
@@ -163,7 +167,8 @@ struct LoaderCore::Impl {
     if (shared) return;
     auto fresh = std::make_shared<RingShared>();
     const std::size_t channels = std::max<std::size_t>(num_workers, 1);
-    fresh->ring = std::make_unique<Ring>(channels, options.prefetch_factor, options.max_batch_bytes);
+    fresh->ring =
+        std::make_unique<Ring>(channels, options.prefetch_factor, options.max_batch_bytes);
     const std::size_t n = fresh->ring->num_slots();
     fresh->held = std::make_unique<std::atomic<bool>[]>(n);
     fresh->main_eventfd.reset(posix::make_eventfd());
@@ -378,7 +383,10 @@ struct LoaderCore::Impl {
     }
   }
 
-  void collect() noexcept {
+  // Pops every published result. True when anything came back (a ready batch, or a stale one
+  // whose slot is now free for issue()).
+  bool collect() noexcept {
+    bool any = false;
     for (std::size_t w = 0; w < workers.size(); ++w) {
       Channel& channel = ring().channel(w);
       Message message;
@@ -387,8 +395,10 @@ struct LoaderCore::Impl {
         if (s / per_channel() != w || slots[s].phase != Phase::kIssued) continue;
         --outstanding[w];
         slots[s].phase = live_plan(slots[s].plan) ? Phase::kReady : Phase::kFree;
+        any = true;
       }
     }
+    return any;
   }
 
   std::optional<std::size_t> deliverable() const noexcept {
@@ -449,7 +459,7 @@ struct LoaderCore::Impl {
     }
     shared->held[s].store(true, std::memory_order_relaxed);
     state.phase = Phase::kHeld;
-    auto lease = std::make_shared<SlotLease>(SlotLease{shared, s});
+    auto lease = std::make_shared<SlotLease>(shared, s);
     std::vector<Field> fields = read_fields(ring(), s, lease);
     const std::span<const std::size_t> indices(
         reinterpret_cast<const std::size_t*>(ring().indices(s)), header.num_indices);
@@ -593,9 +603,12 @@ struct LoaderCore::Impl {
 
   // ---- waiting ----
 
+  // True when the caller should go round its loop again: a result came back (ready or stale,
+  // either way a slot changed state) or the consumer released a slot.
   bool progress_possible() noexcept {
-    collect();
-    return deliverable().has_value() || reclaim();
+    const bool collected = collect();
+    const bool reclaimed = reclaim();
+    return collected || reclaimed;
   }
 
   // Sleeps until a worker publishes a result, a slot is released or a worker dies, or the
@@ -612,8 +625,7 @@ struct LoaderCore::Impl {
     const Clock::time_point now = Clock::now();
     milliseconds limit{-1};
     if (options.timeout.count() > 0) {
-      const auto left =
-          std::chrono::ceil<milliseconds>(wait_start + options.timeout - now);
+      const auto left = std::chrono::ceil<milliseconds>(wait_start + options.timeout - now);
       if (left.count() <= 0) {
         bell.sleeping.store(0, std::memory_order_relaxed);
         timed_out(now - wait_start);
@@ -621,8 +633,8 @@ struct LoaderCore::Impl {
       limit = left;
     }
     if (held_blocked) {
-      const auto until_warning = std::chrono::ceil<milliseconds>(
-          warned_at + kHeldWarningInterval - now);
+      const auto until_warning =
+          std::chrono::ceil<milliseconds>(warned_at + kHeldWarningInterval - now);
       if (until_warning.count() <= 0) {
         spdlog::warn("{} (still waiting for another thread to release one)", held_message());
         warned_at = now;
@@ -656,9 +668,11 @@ struct LoaderCore::Impl {
     const Clock::time_point start = Clock::now();
     Clock::time_point warned_at = start;
     for (;;) {
+      // Collect and reclaim before issuing, so every slot they free is refilled before the
+      // loop can sleep; wait() returns as soon as either finds more.
+      collect();
       reclaim();
       issue();
-      collect();
       if (const std::optional<std::size_t> s = deliverable()) {
         Batch batch = deliver(*s);
         issue();  // refill the slot the consumer just freed, before it starts computing

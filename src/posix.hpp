@@ -62,11 +62,11 @@ void* map_shared(int fd, std::size_t length) noexcept;
 // pages are mapped writable, and the kernel maps ~16 pages per fault, so it costs 2-5x less
 // than MADV_POPULATE_WRITE in a freshly forked worker (measured: 1.3 vs 3.4 ms for 10 MiB).
 int populate(void* addr, std::size_t length) noexcept;
-int make_eventfd() noexcept;                                   // non-blocking, close-on-exec
-int eventfd_post(int fd) noexcept;                             // adds 1
-void eventfd_drain(int fd) noexcept;                           // resets to 0 if readable
-int open_pidfd(pid_t pid) noexcept;                            // -1 with ENOSYS on old kernels
-int make_pipe(int fds[2]) noexcept;                            // close-on-exec
+int make_eventfd() noexcept;          // non-blocking, close-on-exec
+int eventfd_post(int fd) noexcept;    // adds 1
+void eventfd_drain(int fd) noexcept;  // resets to 0 if readable
+int open_pidfd(pid_t pid) noexcept;   // -1 with ENOSYS on old kernels
+int make_pipe(int fds[2]) noexcept;   // close-on-exec
 // poll(); an EINTR is reported as 0 ready descriptors so callers recompute their deadline.
 int poll_fds(pollfd* fds, std::size_t count, int timeout_ms) noexcept;
 pid_t wait_pid(pid_t pid, int* status, int options) noexcept;  // retries EINTR

@@ -83,10 +83,12 @@ Ring::Ring(std::size_t num_channels, std::size_t slots_per_channel, std::size_t 
   (void)posix::add_seals(fd.get(), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
   void* base = posix::map_shared(fd.get(), bytes_);
   if (base == MAP_FAILED) {
-    throw Error(posix::errno_message(
-        fmt::format("DataLoader: mapping {} of address space for {} batch slots of {} failed",
-                    format_bytes(bytes_), num_slots, format_bytes(stride)),
-        errno) + "; lower LoaderOptions::max_batch_bytes or prefetch_factor");
+    throw Error(
+        posix::errno_message(
+            fmt::format("DataLoader: mapping {} of address space for {} batch slots of {} failed",
+                        format_bytes(bytes_), num_slots, format_bytes(stride)),
+            errno) +
+        "; lower LoaderOptions::max_batch_bytes or prefetch_factor");
   }
   base_ = static_cast<std::byte*>(base);
   // The mapping keeps the memory; the descriptor is not needed any more.
@@ -129,20 +131,22 @@ void SlotMemory::ensure(std::size_t s, std::size_t bytes) {
   if (bytes <= ready) return;
   const std::size_t capacity = ring_.slot_bytes();
   if (bytes > capacity) {
-    throw Error(fmt::format(
-        "DataLoader: a batch needs {} but a slot holds at most {} (LoaderOptions::"
-        "max_batch_bytes); raise max_batch_bytes or lower batch_size",
-        format_bytes(bytes), format_bytes(capacity)));
+    throw Error(
+        fmt::format("DataLoader: a batch needs {} but a slot holds at most {} (LoaderOptions::"
+                    "max_batch_bytes); raise max_batch_bytes or lower batch_size",
+                    format_bytes(bytes), format_bytes(capacity)));
   }
   const std::size_t target =
       std::min(capacity, round_up(std::max(bytes, ready + ready / 8), kGrowStep));
   const std::size_t start = ready / kPageSize * kPageSize;
   if (const int err = populate(ring_.slot(s) + start, target - start); err != 0) {
-    throw Error(posix::errno_message(
-        fmt::format("DataLoader: cannot back {} of shared memory for batch slot {} (it had {})",
-                    format_bytes(target), s, format_bytes(ready)),
-        err) + "; memory is exhausted (RAM or the cgroup's limit): lower batch_size, "
-               "num_workers or prefetch_factor");
+    throw Error(
+        posix::errno_message(
+            fmt::format("DataLoader: cannot back {} of shared memory for batch slot {} (it had {})",
+                        format_bytes(target), s, format_bytes(ready)),
+            err) +
+        "; memory is exhausted (RAM or the cgroup's limit): lower batch_size, "
+        "num_workers or prefetch_factor");
   }
   ready_[s] = target;
   std::atomic<std::uint64_t>& committed = ring_.header(s).committed;

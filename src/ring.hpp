@@ -130,8 +130,8 @@ struct SlotHeader {
   std::uint64_t magic;  // kRingMagic, written once at creation
   // Written by the main process before it pushes the task; the loading process reads them
   // after its acquire pop (C), so they are visible.
-  std::uint64_t plan;         // which epoch plan this batch belongs to (stale ones are dropped)
-  std::uint64_t batch;        // position in the epoch
+  std::uint64_t plan;   // which epoch plan this batch belongs to (stale ones are dropped)
+  std::uint64_t batch;  // position in the epoch
   std::uint64_t epoch;
   std::uint64_t num_indices;  // uint64 indices follow the header
   // Written by the loading process before it pushes the result; the main process reads them
@@ -140,7 +140,7 @@ struct SlotHeader {
   std::uint32_t reserved;
   std::uint64_t descriptor_offset;  // from the slot's start
   std::uint64_t descriptor_bytes;
-  ErrorReport error;                // status == kError
+  ErrorReport error;  // status == kError
   // Bytes from the slot's start that some process has backed with memory (grows only, by CAS:
   // main backs the indices, the loading process the payload). Read for memory accounting.
   std::atomic<std::uint64_t> committed;

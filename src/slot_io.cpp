@@ -104,9 +104,12 @@ void SlotWriter::finish() {
   std::memcpy(out, &head, sizeof head);
   out += sizeof head;
   for (const FieldRecord& f : fields_) {
-    const FieldHead field{f.offset, f.nbytes, static_cast<std::uint32_t>(f.name.size()),
+    const FieldHead field{f.offset,
+                          f.nbytes,
+                          static_cast<std::uint32_t>(f.name.size()),
                           static_cast<std::uint8_t>(f.dtype),
-                          static_cast<std::uint8_t>(f.shape.size()), 0};
+                          static_cast<std::uint8_t>(f.shape.size()),
+                          0};
     std::memcpy(out, &field, sizeof field);
     out += sizeof field;
     std::memcpy(out, f.shape.begin(), f.shape.size() * sizeof(std::int64_t));
@@ -214,9 +217,8 @@ std::vector<Field> read_fields(const Ring& ring, std::size_t s,
         field.nbytes != shape.numel() * dtype_size(dtype)) {
       malformed(s, fmt::format("field '{}' at {} of {} bytes", name, field.offset, field.nbytes));
     }
-    fields.emplace_back(std::move(name),
-                        Tensor::view(dtype, shape, base + field.offset,
-                                     std::shared_ptr<const void>(keeper)));
+    fields.emplace_back(std::move(name), Tensor::view(dtype, shape, base + field.offset,
+                                                      std::shared_ptr<const void>(keeper)));
   }
   return fields;
 }

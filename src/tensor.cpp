@@ -37,9 +37,8 @@ std::size_t checked_nbytes(DType dtype, const Shape& shape) {
   for (const std::int64_t d : shape) {
     const auto dim = static_cast<std::size_t>(d);
     if (dim != 0 && n > std::numeric_limits<std::size_t>::max() / dim) {
-      throw std::length_error(
-          fmt::format("Tensor: {} x {} is too large to address", shape.to_string(),
-                      dtype_name(dtype)));
+      throw std::length_error(fmt::format("Tensor: {} x {} is too large to address",
+                                          shape.to_string(), dtype_name(dtype)));
     }
     n *= dim;
   }
@@ -90,6 +89,10 @@ std::size_t Shape::numel() const noexcept {
 }
 
 Shape Shape::prepend(std::int64_t leading) const {
+  if (leading < 0) {
+    throw std::invalid_argument(
+        fmt::format("Shape::prepend: dimension {} is negative; dimensions must be >= 0", leading));
+  }
   if (ndim_ == kMaxDims) {
     throw std::invalid_argument(fmt::format(
         "Shape: cannot add a batch dimension to {}: stoker supports at most {} dimensions",
@@ -106,9 +109,8 @@ std::string Shape::to_string() const { return fmt::format("[{}]", fmt::join(dims
 
 Tensor Tensor::empty(DType dtype, const Shape& shape) {
   if (dtype_size(dtype) == 0) {
-    throw std::invalid_argument(
-        fmt::format("Tensor::empty: dtype value {} is not a stoker::DType",
-                    static_cast<int>(dtype)));
+    throw std::invalid_argument(fmt::format("Tensor::empty: dtype value {} is not a stoker::DType",
+                                            static_cast<int>(dtype)));
   }
   Tensor t;
   t.nbytes_ = checked_nbytes(dtype, shape);
@@ -129,8 +131,8 @@ Tensor Tensor::zeros(DType dtype, const Shape& shape) {
 Tensor Tensor::view(DType dtype, const Shape& shape, void* data,
                     std::shared_ptr<const void> owner) {
   if (dtype_size(dtype) == 0) {
-    throw std::invalid_argument(fmt::format(
-        "Tensor::view: dtype value {} is not a stoker::DType", static_cast<int>(dtype)));
+    throw std::invalid_argument(fmt::format("Tensor::view: dtype value {} is not a stoker::DType",
+                                            static_cast<int>(dtype)));
   }
   if (data == nullptr) throw std::invalid_argument("Tensor::view: data is null");
   Tensor t;
@@ -161,9 +163,16 @@ void Tensor::check_dtype(DType requested) const {
 
 void Tensor::check_numel(std::size_t count) const {
   if (count != numel()) {
-    throw std::invalid_argument(fmt::format(
-        "Tensor: shape {} holds {} elements but {} were given", shape_.to_string(), numel(),
-        count));
+    throw std::invalid_argument(fmt::format("Tensor: shape {} holds {} elements but {} were given",
+                                            shape_.to_string(), numel(), count));
+  }
+}
+
+void Tensor::check_single() const {
+  if (numel() != 1) {
+    throw std::invalid_argument(
+        fmt::format("Tensor::item: the tensor has shape {} ({} elements); item() needs exactly one",
+                    shape_.to_string(), numel()));
   }
 }
 

@@ -171,11 +171,11 @@ void wait_for_task(Channel& channel, const WorkerLaunch& launch) noexcept {
 WorkerProcess WorkerProcess::spawn(const WorkerLaunch& launch_in) {
   int ends[2];
   if (posix::make_pipe(ends) != 0) {
-    throw Error(posix::errno_message(
-                    fmt::format("DataLoader: creating worker {}'s lifeline pipe failed",
-                                launch_in.id),
-                    errno) +
-                "; if file descriptors ran out, raise `ulimit -n` or lower num_workers");
+    throw Error(
+        posix::errno_message(
+            fmt::format("DataLoader: creating worker {}'s lifeline pipe failed", launch_in.id),
+            errno) +
+        "; if file descriptors ran out, raise `ulimit -n` or lower num_workers");
   }
   posix::Fd read_end(ends[0]);
   posix::Fd write_end(ends[1]);
@@ -268,8 +268,10 @@ void wait_for_exit(std::span<WorkerProcess> workers, std::chrono::milliseconds t
   try {
     for (WorkerProcess& w : workers) {
       if (w.reaped()) continue;
-      if (w.pidfd() < 0) all_have_pidfd = false;
-      else fds.push_back({w.pidfd(), POLLIN, 0});
+      if (w.pidfd() < 0)
+        all_have_pidfd = false;
+      else
+        fds.push_back({w.pidfd(), POLLIN, 0});
     }
   } catch (...) {
     all_have_pidfd = false;

@@ -30,9 +30,9 @@ struct WorkerLaunch {
   std::size_t num_workers = 0;
   std::uint64_t seed = 0;
   const Ring* ring = nullptr;
-  int task_eventfd = -1;  // the worker sleeps on it
-  int main_eventfd = -1;  // the worker rings it after publishing a result
-  int lifeline_read = -1; // read end of this worker's lifeline pipe
+  int task_eventfd = -1;   // the worker sleeps on it
+  int main_eventfd = -1;   // the worker rings it after publishing a result
+  int lifeline_read = -1;  // read end of this worker's lifeline pipe
   const ProduceFn* produce = nullptr;
   const std::function<void(std::size_t)>* worker_init = nullptr;
 };

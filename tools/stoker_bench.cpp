@@ -198,9 +198,8 @@ int run(const Args& a, D dataset, std::size_t batch_size) {
       "\"cpu_us_per_sample\": {:.3f}, \"checksum\": {:.1f}, \"checksum_ok\": {}, "
       "\"command\": \"{}\"}}\n",
       a.persistent ? "persistent" : "default", a.workload, a.workers, batch_size, a.prefetch,
-      samples_per_epoch, bytes_per_epoch, fmt::join(epoch_s, ", "),
-      fmt::join(first_batch_ms, ", "), first_batch_cold_ms,
-      static_cast<double>(samples_per_epoch) / median,
+      samples_per_epoch, bytes_per_epoch, fmt::join(epoch_s, ", "), fmt::join(first_batch_ms, ", "),
+      first_batch_cold_ms, static_cast<double>(samples_per_epoch) / median,
       static_cast<double>(bytes_per_epoch) / median / 1e6, cpu / total_samples * 1e6, checksum,
       checksum == expected ? "true" : "false", a.command);
   return checksum == expected ? 0 : 1;

@@ -5,13 +5,13 @@
 // stacked). Bad options are std::invalid_argument, naming the option and its valid range.
 #pragma once
 
+#include <sys/types.h>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <sys/types.h>
 #include <vector>
 
 namespace stoker {
@@ -27,11 +27,11 @@ class WorkerCrashed : public Error {
   struct Details {
     std::size_t worker_id = 0;
     pid_t pid = 0;
-    int signal = 0;      // the signal that killed it; 0 when it exited
-    int exit_code = -1;  // its exit status; -1 when a signal killed it
-    std::optional<std::uint64_t> batch;         // batch (within the epoch) it was loading
-    std::optional<std::size_t> sample_index;    // dataset index it was loading
-    std::string cause;                          // the likely cause and what to do
+    int signal = 0;                           // the signal that killed it; 0 when it exited
+    int exit_code = -1;                       // its exit status; -1 when a signal killed it
+    std::optional<std::uint64_t> batch;       // batch (within the epoch) it was loading
+    std::optional<std::size_t> sample_index;  // dataset index it was loading
+    std::string cause;                        // the likely cause and what to do
   };
   explicit WorkerCrashed(Details details);
   const Details& details() const noexcept { return details_; }
@@ -55,11 +55,11 @@ class WorkerException : public Error {
   struct Details {
     std::optional<std::size_t> worker_id;  // empty when the error came from the main process
     pid_t pid = 0;
-    std::string type_name;                 // demangled type of the thrown object
-    std::string message;                   // its what(), or "" when it was not a std::exception
+    std::string type_name;  // demangled type of the thrown object
+    std::string message;    // its what(), or "" when it was not a std::exception
     std::optional<std::uint64_t> batch;
     std::optional<std::size_t> sample_index;
-    std::string where;                     // "get()", "collate", "worker_init"
+    std::string where;  // "get()", "collate", "worker_init"
   };
   explicit WorkerException(Details details);
   const Details& details() const noexcept { return details_; }

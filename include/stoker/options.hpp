@@ -12,16 +12,16 @@
 namespace stoker {
 
 struct LoaderOptions {
-  std::size_t batch_size = 1;   // samples per batch, 1 .. kMaxBatchSize
-  bool shuffle = false;         // a new order each epoch, a function of (seed, epoch) only
-  bool drop_last = false;       // drop the last batch when it would be short
-  int num_workers = 0;          // worker processes, 0 .. kMaxWorkers; 0 loads in the caller
+  std::size_t batch_size = 1;       // samples per batch, 1 .. kMaxBatchSize
+  bool shuffle = false;             // a new order each epoch, a function of (seed, epoch) only
+  bool drop_last = false;           // drop the last batch when it would be short
+  int num_workers = 0;              // worker processes, 0 .. kMaxWorkers; 0 loads in the caller
   std::size_t prefetch_factor = 2;  // batch slots per worker, 1 .. kMaxPrefetchFactor
   bool persistent_workers = false;  // keep workers (and their prefetch) across epochs
-  bool in_order = true;         // deliver batches in order; false: whichever is ready first
+  bool in_order = true;             // deliver batches in order; false: whichever is ready first
   std::chrono::milliseconds timeout{0};  // longest wait for one batch; 0 waits forever
-  std::uint64_t seed = 0;       // shuffle order and WorkerInfo::seed derive from it
-  CollateFn collate;            // empty: stack every field (StackCollator)
+  std::uint64_t seed = 0;                // shuffle order and WorkerInfo::seed derive from it
+  CollateFn collate;                     // empty: stack every field (StackCollator)
   std::function<void(std::size_t worker_id)> worker_init;  // runs first in each worker
   // The largest batch (payload plus layout) a slot can hold. Address space is reserved for it;
   // memory is committed only as batches need it.

@@ -51,9 +51,9 @@ struct BFloat16 {
 
 template <class T>
 struct dtype_of;  // dtype_of<T>::value is the DType stored as T; undefined for other types.
-#define STOKER_DTYPE_OF(T, D) \
-  template <>                 \
-  struct dtype_of<T> {        \
+#define STOKER_DTYPE_OF(T, D)                \
+  template <>                                \
+  struct dtype_of<T> {                       \
     static constexpr DType value = DType::D; \
   }
 STOKER_DTYPE_OF(std::uint8_t, kUInt8);
@@ -157,7 +157,8 @@ class Tensor {
 
   // A view of memory owned by someone else; `owner` is kept alive as long as the view (and any
   // copy of it) exists. `data` must hold shape.numel() * dtype_size(dtype) bytes.
-  static Tensor view(DType dtype, const Shape& shape, void* data, std::shared_ptr<const void> owner);
+  static Tensor view(DType dtype, const Shape& shape, void* data,
+                     std::shared_ptr<const void> owner);
 
   bool defined() const noexcept { return owner_ != nullptr || data_ != nullptr; }
   DType dtype() const noexcept { return dtype_; }
@@ -185,7 +186,7 @@ class Tensor {
   template <class T>
   T item() const {
     check_dtype(kDTypeOf<T>);
-    check_numel(1);
+    check_single();
     T value;
     copy_bytes(&value, data_, sizeof(T));
     return value;
@@ -200,6 +201,7 @@ class Tensor {
  private:
   void check_dtype(DType requested) const;
   void check_numel(std::size_t count) const;
+  void check_single() const;
   static void copy_bytes(void* dst, const void* src, std::size_t n) noexcept;
 
   std::shared_ptr<const void> owner_;

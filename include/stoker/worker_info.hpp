@@ -3,16 +3,16 @@
 // process, including while num_workers == 0 loads batches in-process, it returns nullptr.
 #pragma once
 
+#include <sys/types.h>
 #include <cstddef>
 #include <cstdint>
-#include <sys/types.h>
 
 namespace stoker {
 
 struct WorkerInfo {
-  std::size_t id = 0;           // 0 .. num_workers - 1
+  std::size_t id = 0;  // 0 .. num_workers - 1
   std::size_t num_workers = 0;
-  std::uint64_t seed = 0;       // LoaderOptions::seed mixed with the worker id
+  std::uint64_t seed = 0;  // LoaderOptions::seed mixed with the worker id
   pid_t pid = 0;
 };
 

@@ -13,8 +13,8 @@ namespace stoker::test {
 
 struct ProcessState {
   std::size_t open_fds = 0;
-  std::vector<pid_t> children;     // any state, zombies included
-  std::size_t ring_mappings = 0;   // lines of /proc/self/maps naming memfd:stoker-ring
+  std::vector<pid_t> children;    // any state, zombies included
+  std::size_t ring_mappings = 0;  // lines of /proc/self/maps naming memfd:stoker-ring
 };
 
 ProcessState process_state();
@@ -31,10 +31,10 @@ bool process_alive(pid_t pid);  // exists and is not a zombie
 }  // namespace stoker::test
 
 // Requires the process to be back at `baseline`; children get up to 5 s to be reaped.
-#define STOKER_REQUIRE_CLEAN(baseline)                                              \
-  do {                                                                              \
-    const std::string stoker_diff_ =                                                \
-        ::stoker::test::differences((baseline), ::stoker::test::process_state());   \
-    INFO(stoker_diff_);                                                             \
-    REQUIRE(stoker_diff_.empty());                                                  \
+#define STOKER_REQUIRE_CLEAN(baseline)                                            \
+  do {                                                                            \
+    const std::string stoker_diff_ =                                              \
+        ::stoker::test::differences((baseline), ::stoker::test::process_state()); \
+    INFO(stoker_diff_);                                                           \
+    REQUIRE(stoker_diff_.empty());                                                \
   } while (false)

@@ -3,12 +3,12 @@
 // the shared-memory ring, worker processes, ordering, liveness — lives in src/ behind this.
 #pragma once
 
+#include <sys/types.h>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
-#include <sys/types.h>
 #include <vector>
 
 #include "stoker/batch.hpp"
