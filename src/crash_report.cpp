@@ -85,10 +85,10 @@ std::string describe_timeout(const LoaderTimeout::Details& d) {
   const std::string doing =
       d.sample_index ? fmt::format(", and was loading sample {}", *d.sample_index) : std::string();
   return fmt::format(
-      "DataLoader: no batch within {} ms (LoaderOptions::timeout): {} owes batch {}{}; the "
-      "workers were stopped. If loading is merely slow, raise timeout; if get() hangs, find "
-      "where (num_workers = 0 under a debugger)",
-      d.waited.count(), who, d.batch, doing);
+      "DataLoader: no batch within {} ms (LoaderOptions::timeout; waited {} ms): {} owes batch "
+      "{}{}; the workers were stopped. If loading is merely slow, raise timeout; if get() "
+      "hangs, find where (num_workers = 0 under a debugger)",
+      d.timeout.count(), d.waited.count(), who, d.batch, doing);
 }
 
 std::string current_exception_type_name() {

@@ -556,6 +556,7 @@ struct LoaderCore::Impl {
 
   [[noreturn]] void timed_out(Clock::duration waited) {
     LoaderTimeout::Details details;
+    details.timeout = options.timeout;
     details.waited = std::chrono::duration_cast<milliseconds>(waited);
     details.batch = current->next_in_order;
     if (const std::optional<std::size_t> w = owing_channel(); w && *w < workers.size()) {

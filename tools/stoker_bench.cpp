@@ -2,6 +2,7 @@
 // JSON line of measured figures. Reproduce any figure with the "command" it prints.
 //
 //   stoker-bench --workload {tiny,image,cpu} --workers N --epochs E --warmup W [--persistent]
+//   stoker-bench --memcpy      single-thread memcpy bandwidth of image-sized batches (9.6 MB)
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,7 @@ struct Args {
   int warmup = 1;
   bool persistent = false;
   std::size_t prefetch = 2;
+  bool memcpy_only = false;
   std::string command;
 };
 
@@ -75,6 +78,8 @@ Args parse(int argc, char** argv) {
       a.prefetch = static_cast<std::size_t>(number(1, 64));
     } else if (flag == "--persistent") {
       a.persistent = true;
+    } else if (flag == "--memcpy") {
+      a.memcpy_only = true;
     } else if (flag == "--help" || flag == "-h") {
       usage("help");
     } else {
@@ -114,6 +119,46 @@ double process_cpu_seconds(pid_t pid) {
   return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
+// Proportional set size of a live process (its share of shared pages), from smaps_rollup.
+double pss_mb(pid_t pid) {
+  std::FILE* f = std::fopen(fmt::format("/proc/{}/smaps_rollup", pid).c_str(), "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  double kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "Pss: %lf kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return kb / 1024.0;
+}
+
+// Sum of PSS over this process and its live workers: the memory the whole tree costs.
+double tree_pss_mb(const std::vector<pid_t>& workers) {
+  double total = pss_mb(getpid());
+  for (const pid_t pid : workers) total += pss_mb(pid);
+  return total;
+}
+
+// memcpy of a 9.6 MB batch-sized buffer into a reused (pre-faulted) destination: the ceiling
+// one core can move a batch at, to compare the loader's bytes/s against.
+int run_memcpy(const Args& a) {
+  const std::size_t bytes = std::size_t{64} * 3 * 224 * 224;
+  std::vector<std::uint8_t> src(bytes, 1);
+  std::vector<std::uint8_t> dst(bytes, 0);
+  std::vector<double> rates;
+  for (int rep = 0; rep < 5 + a.epochs * 10; ++rep) {
+    const Clock::time_point start = Clock::now();
+    std::memcpy(dst.data(), src.data(), bytes);
+    const double s = seconds(Clock::now() - start);
+    src[static_cast<std::size_t>(rep) % bytes] = static_cast<std::uint8_t>(dst[bytes - 1] + 1);
+    if (rep >= 5) rates.push_back(static_cast<double>(bytes) / s / 1e6);
+  }
+  std::sort(rates.begin(), rates.end());
+  fmt::print("{{\"impl\": \"memcpy\", \"bytes\": {}, \"mb_per_s\": {:.1f}, \"command\": \"{}\"}}\n",
+             bytes, rates[rates.size() / 2], a.command);
+  return 0;
+}
+
 template <class D>
 int run(const Args& a, D dataset, std::size_t batch_size) {
   stoker::LoaderOptions opt;
@@ -134,6 +179,9 @@ int run(const Args& a, D dataset, std::size_t batch_size) {
   std::size_t samples_per_epoch = 0;
   double cpu_start = 0;
   std::vector<std::pair<pid_t, double>> live_at_start;
+  // Tree PSS, sampled every 50 ms of the timed epochs (reading smaps costs ~0.1 ms).
+  double peak_pss = 0;
+  Clock::time_point next_sample{};
 
   for (int e = 0; e < a.warmup + a.epochs; ++e) {
     const bool timed = e >= a.warmup;
@@ -164,6 +212,10 @@ int run(const Args& a, D dataset, std::size_t batch_size) {
       sum += static_cast<double>(label.data<std::int64_t>()[label.numel() - 1]);
       bytes += batch.nbytes();
       samples += batch.size();
+      if (timed && Clock::now() >= next_sample) {
+        peak_pss = std::max(peak_pss, tree_pss_mb(loader.worker_pids()));
+        next_sample = Clock::now() + std::chrono::milliseconds(50);
+      }
     }
     const Clock::time_point end = Clock::now();
     if (e == 0) first_batch_cold_ms = seconds(first - start) * 1e3;
@@ -195,13 +247,13 @@ int run(const Args& a, D dataset, std::size_t batch_size) {
       "\"batch_size\": {}, \"prefetch_factor\": {}, \"samples_per_epoch\": {}, "
       "\"bytes_per_epoch\": {}, \"epoch_s\": [{:.6f}], \"first_batch_ms\": [{:.3f}], "
       "\"first_batch_cold_ms\": {:.3f}, \"samples_per_s\": {:.1f}, \"mb_per_s\": {:.1f}, "
-      "\"cpu_us_per_sample\": {:.3f}, \"checksum\": {:.1f}, \"checksum_ok\": {}, "
-      "\"command\": \"{}\"}}\n",
+      "\"cpu_us_per_sample\": {:.3f}, \"peak_pss_mb\": {:.1f}, \"checksum\": {:.1f}, "
+      "\"checksum_ok\": {}, \"command\": \"{}\"}}\n",
       a.persistent ? "persistent" : "default", a.workload, a.workers, batch_size, a.prefetch,
       samples_per_epoch, bytes_per_epoch, fmt::join(epoch_s, ", "), fmt::join(first_batch_ms, ", "),
       first_batch_cold_ms, static_cast<double>(samples_per_epoch) / median,
-      static_cast<double>(bytes_per_epoch) / median / 1e6, cpu / total_samples * 1e6, checksum,
-      checksum == expected ? "true" : "false", a.command);
+      static_cast<double>(bytes_per_epoch) / median / 1e6, cpu / total_samples * 1e6, peak_pss,
+      checksum, checksum == expected ? "true" : "false", a.command);
   return checksum == expected ? 0 : 1;
 }
 
@@ -209,6 +261,7 @@ int run(const Args& a, D dataset, std::size_t batch_size) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
+  if (a.memcpy_only) return run_memcpy(a);
   try {
     if (a.workload == "tiny") return run(a, stoker::bench::TinyDataset{}, 256);
     if (a.workload == "image") return run(a, stoker::bench::ImageDataset{}, 64);

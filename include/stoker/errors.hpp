@@ -80,7 +80,8 @@ class LoaderTimeout : public Error {
     std::optional<std::size_t> worker_id;  // the worker that owes the batch
     pid_t pid = 0;
     std::uint64_t batch = 0;
-    std::chrono::milliseconds waited{0};
+    std::chrono::milliseconds timeout{0};     // LoaderOptions::timeout
+    std::chrono::milliseconds waited{0};      // how long the consumer actually waited
     std::optional<std::size_t> sample_index;  // what that worker was loading, when known
   };
   explicit LoaderTimeout(Details details);

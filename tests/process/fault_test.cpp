@@ -216,6 +216,8 @@ TEST_CASE("no batch within the timeout raises LoaderTimeout", "[fault][timeout]"
     REQUIRE(error.details().worker_id == std::optional<std::size_t>(0));
     REQUIRE(error.details().batch == 2);
     REQUIRE(error.details().sample_index == std::optional<std::size_t>(9));
+    REQUIRE(error.details().timeout == std::chrono::milliseconds(300));
+    REQUIRE(error.details().waited >= std::chrono::milliseconds(300));
     REQUIRE_THAT(std::string(error.what()),
                  Catch::Contains("no batch within 300 ms") && Catch::Contains("worker 0 (pid"));
   }

@@ -1,0 +1,31 @@
+# Sourced by test.sh and demo.sh: installs the Debian 12 packages stoker needs that are missing.
+# As root it runs `apt-get update` first, then installs; otherwise it prints the command to run.
+# STOKER_EXTRA_PACKAGES adds packages (space-separated).
+
+stoker_required_packages=(
+  build-essential cmake pkg-config
+  libfmt-dev libspdlog-dev catch2
+)
+
+stoker_install_deps() {
+  local wanted=("${stoker_required_packages[@]}")
+  if [ -n "${STOKER_EXTRA_PACKAGES:-}" ]; then
+    read -r -a extra <<<"$STOKER_EXTRA_PACKAGES"
+    wanted+=("${extra[@]}")
+  fi
+  local missing=()
+  local pkg
+  for pkg in "${wanted[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
+      missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "stoker: installing missing Debian packages: ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "stoker: not root; run: sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+    return 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}

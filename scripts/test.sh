@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The test command: installs missing Debian packages (as root), then configures, builds and
+# runs ctest twice: an optimised build and an AddressSanitizer + UndefinedBehaviorSanitizer
+# build, both with warnings as errors. The opt-in stress tests run with --stress.
+#
+#   scripts/test.sh            both builds
+#   scripts/test.sh release    one build (release or asan)
+#   scripts/test.sh --stress   also the `stress`-labelled soak tests
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/deps.sh
+stoker_install_deps
+
+presets=()
+label_args=(-LE stress)
+for arg in "$@"; do
+  case "$arg" in
+    release|asan) presets+=("$arg") ;;
+    --stress) label_args=() ;;
+    *) echo "usage: scripts/test.sh [release|asan] [--stress]" >&2; exit 2 ;;
+  esac
+done
+[ ${#presets[@]} -gt 0 ] || presets=(release asan)
+
+for preset in "${presets[@]}"; do
+  echo "=== stoker: $preset build"
+  cmake --preset "$preset" >/dev/null
+  cmake --build --preset "$preset"
+  ctest --preset "$preset" "${label_args[@]}"
+done
+echo "=== stoker: all tests passed (${presets[*]})"
