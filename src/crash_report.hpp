@@ -2,9 +2,13 @@
 // cause of a death, the demangled type of an in-flight exception.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "cgroup.hpp"
 #include "stoker/errors.hpp"
 
 namespace stoker::detail {
@@ -17,6 +21,15 @@ std::string describe_timeout(const LoaderTimeout::Details& details);
 std::string signal_name(int signal);
 // The likely cause of a worker's death and what to do, from the signal or exit code alone.
 std::string likely_cause(int signal, int exit_code);
+
+// The cause of a SIGKILL, from the OOM-kill counter read when the worker started and after it
+// died (either may be missing when no counter is readable).
+std::string sigkill_cause(const std::optional<OomCount>& before,
+                          const std::optional<OomCount>& after);
+// The cause of a SIGBUS, with the ring's committed bytes and the memory the system has left.
+std::string sigbus_cause(std::size_t ring_committed, std::optional<std::uint64_t> mem_available);
+// MemAvailable from /proc/meminfo, in bytes.
+std::optional<std::uint64_t> mem_available_bytes(const std::string& root = "");
 
 // Inside a catch block: the demangled type of the exception being handled.
 std::string current_exception_type_name();

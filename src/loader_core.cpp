@@ -33,6 +33,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "cgroup.hpp"
+#include "crash_report.hpp"
 #include "format.hpp"
 #include "order.hpp"
 #include "posix.hpp"
@@ -137,6 +139,7 @@ struct LoaderCore::Impl {
   std::optional<Plan> current;
   std::optional<Plan> next;  // persistent workers: the following epoch, prefetched
   Clock::time_point last_liveness_check{};
+  std::optional<OomCount> oom_at_spawn;  // to tell the OOM killer's SIGKILL from anyone else's
 
   Impl(LoaderOptions o, std::function<std::size_t()> size, ProduceFn p)
       : options(std::move(o)),
@@ -195,6 +198,7 @@ struct LoaderCore::Impl {
     if (workers.size() == num_workers) return;
     stop_workers();
     warn_if_multithreaded();
+    oom_at_spawn = read_oom_kill_count();
     const Ring& r = ring();
     std::vector<WorkerProcess> started;
     started.reserve(num_workers);
@@ -530,6 +534,11 @@ struct LoaderCore::Impl {
           "the worker); restore SIGCHLD's default disposition to see why it died";
     } else if (WIFSIGNALED(process.status())) {
       details.signal = WTERMSIG(process.status());
+      if (details.signal == SIGKILL) {
+        details.cause = sigkill_cause(oom_at_spawn, read_oom_kill_count());
+      } else if (details.signal == SIGBUS) {
+        details.cause = sigbus_cause(ring_committed_bytes(), mem_available_bytes());
+      }
     } else {
       details.exit_code = WEXITSTATUS(process.status());
     }
@@ -537,6 +546,14 @@ struct LoaderCore::Impl {
     if (sample != kNoSample) details.sample_index = sample;
     fail_epoch();
     throw WorkerCrashed(std::move(details));
+  }
+
+  std::size_t ring_committed_bytes() const noexcept {
+    std::size_t total = 0;
+    for (std::size_t s = 0; s < slots.size(); ++s) {
+      total += ring().header(s).committed.load(std::memory_order_relaxed);
+    }
+    return total;
   }
 
   // The channel that owes the batch the consumer waits for.
