@@ -77,9 +77,13 @@ std::string describe_exception(const WorkerException::Details& d) {
                               : std::string("DataLoader (in the main process)");
   const std::string what = d.message.empty() ? std::string() : fmt::format(": {}", d.message);
   const std::string where = d.where.empty() ? std::string() : fmt::format(" in {}", d.where);
-  return fmt::format(
-      "{} caught {}{}{}{}; the loader is still usable: the next fetch returns the next batch", who,
-      d.type_name, where, at_what(d.sample_index, d.batch), what);
+  // Outside a batch (worker_init, start-up) the worker is gone and the epoch ended with it.
+  const bool in_batch = d.batch.has_value();
+  return fmt::format("{} caught {}{}{}{}; {}", who, d.type_name, where,
+                     in_batch ? at_what(d.sample_index, d.batch) : std::string(), what,
+                     in_batch ? "the loader is still usable: the next fetch returns the next batch"
+                              : "the worker exited and the epoch ended: fix the error, then "
+                                "start a new epoch");
 }
 
 std::string describe_timeout(const LoaderTimeout::Details& d) {

@@ -11,11 +11,17 @@
 //   kHeld. The task push (release) and the result pop (acquire) hand it over.
 // INV-SLOT-2: in flight (kIssued + kReady + kHeld) <= num_slots = channels x prefetch_factor,
 //   which is what bounds memory and what the consumer can hold.
-// INV-QUEUE-2: a channel's queues never hold more than slots_per_channel batch messages plus
-//   one stop message, because a task is pushed only for one of the channel's kFree slots and
-//   its result comes back before the slot is kFree again.
-// INV-ORDER-1: with in_order, batch k goes to channel k mod C and batch k is delivered before
-//   batch k + 1; batches of a plan are issued in increasing k.
+// INV-QUEUE-2: a channel's task queue never holds more than slots_per_channel batch messages
+//   plus two stop messages (a retirement's, then a shutdown's), because a task is pushed only
+//   for one of the channel's kFree slots and its result comes back before the slot is kFree
+//   again; its result queue holds at most slots_per_channel messages.
+// INV-ORDER-1: with in_order, batch k goes to worker k mod num_workers (whichever channel
+//   serves that worker) and batch k is delivered before batch k + 1; batches of a plan are
+//   issued in increasing k.
+//
+// Channels and workers: channel c is a fixed set of slots and queues; the worker process
+// serving it can change (respawn after a crash; retirement under max_batches_per_worker, when
+// the worker's replacement starts on a spare channel while the old one drains its queue).
 
 #include "stoker/data_loader.hpp"
 
@@ -118,6 +124,17 @@ std::size_t batches_for(std::size_t n, const LoaderOptions& o) noexcept {
 
 }  // namespace
 
+// One channel of the ring and the worker process (if any) serving it.
+struct ChannelState {
+  WorkerProcess process;        // pid -1 when no worker runs here
+  std::size_t position = 0;     // the worker id (0 .. num_workers - 1) it serves
+  bool retiring = false;        // given its last task and a stop message: its exit is expected
+  std::size_t issued = 0;       // batches given to the current process
+  std::size_t outstanding = 0;  // its kIssued slots
+
+  bool running() const noexcept { return !process.reaped(); }
+};
+
 struct LoaderCore::Impl {
   LoaderOptions options;
   std::function<std::size_t()> dataset_size;
@@ -130,16 +147,20 @@ struct LoaderCore::Impl {
   std::shared_ptr<RingShared> shared;
   std::optional<SlotMemory> memory;  // what this process has pre-faulted of each slot
   std::vector<SlotState> slots;
-  std::vector<std::size_t> outstanding;  // per channel: kIssued slots
-  std::vector<posix::Fd> task_eventfds;  // per worker
-  std::vector<WorkerProcess> workers;    // empty while none run
-  std::vector<pollfd> wait_fds;          // main eventfd, then the workers' pidfds
+  std::vector<ChannelState> channels;
+  // Worker id -> the channel serving it. Channels number num_workers, plus one spare with
+  // max_batches_per_worker, which a replacement takes over while the old worker finishes.
+  std::vector<std::size_t> position_channel;
+  std::vector<posix::Fd> task_eventfds;  // per channel
+  std::vector<pollfd> wait_fds;          // main eventfd, then the running workers' pidfds
   std::exception_ptr inline_error;       // num_workers == 0: the failure of the inline batch
 
   std::optional<Plan> current;
   std::optional<Plan> next;  // persistent workers: the following epoch, prefetched
   Clock::time_point last_liveness_check{};
   std::optional<OomCount> oom_at_spawn;  // to tell the OOM killer's SIGKILL from anyone else's
+  std::size_t respawns_this_epoch = 0;
+  std::size_t skipped_this_epoch = 0;
 
   Impl(LoaderOptions o, std::function<std::size_t()> size, ProduceFn p)
       : options(std::move(o)),
@@ -150,8 +171,8 @@ struct LoaderCore::Impl {
   ~Impl() { stop_workers(); }
 
   const Ring& ring() const noexcept { return *shared->ring; }
-  std::size_t num_channels() const noexcept { return ring().num_channels(); }
   std::size_t per_channel() const noexcept { return ring().slots_per_channel(); }
+  bool skip_samples() const noexcept { return options.on_sample_error == OnSampleError::kSkip; }
 
   // ---- set-up ----
 
@@ -169,9 +190,9 @@ struct LoaderCore::Impl {
   void ensure_ring() {
     if (shared) return;
     auto fresh = std::make_shared<RingShared>();
-    const std::size_t channels = std::max<std::size_t>(num_workers, 1);
-    fresh->ring =
-        std::make_unique<Ring>(channels, options.prefetch_factor, options.max_batch_bytes);
+    std::size_t count = std::max<std::size_t>(num_workers, 1);
+    if (num_workers > 0 && options.max_batches_per_worker > 0) ++count;  // the spare
+    fresh->ring = std::make_unique<Ring>(count, options.prefetch_factor, options.max_batch_bytes);
     const std::size_t n = fresh->ring->num_slots();
     fresh->held = std::make_unique<std::atomic<bool>[]>(n);
     fresh->main_eventfd.reset(posix::make_eventfd());
@@ -180,7 +201,7 @@ struct LoaderCore::Impl {
                   "; raise `ulimit -n`");
     }
     std::vector<posix::Fd> eventfds;
-    for (std::size_t w = 0; w < num_workers; ++w) {
+    for (std::size_t c = 0; c < count && num_workers > 0; ++c) {
       eventfds.emplace_back(posix::make_eventfd());
       if (!eventfds.back().valid()) {
         throw Error(posix::errno_message("DataLoader: creating an eventfd failed", errno) +
@@ -189,50 +210,78 @@ struct LoaderCore::Impl {
     }
     memory.emplace(*fresh->ring);
     slots.assign(n, SlotState{});
-    outstanding.assign(channels, 0);
+    channels = std::vector<ChannelState>(count);
+    position_channel.resize(num_workers);
+    for (std::size_t p = 0; p < num_workers; ++p) position_channel[p] = p;
     task_eventfds = std::move(eventfds);
     shared = std::move(fresh);
   }
 
+  bool all_workers_running() const noexcept {
+    for (const std::size_t c : position_channel) {
+      if (!channels[c].running() || channels[c].retiring) return false;
+    }
+    return true;
+  }
+
   void ensure_workers() {
-    if (workers.size() == num_workers) return;
+    if (all_workers_running()) return;
     stop_workers();
     warn_if_multithreaded();
-    oom_at_spawn = read_oom_kill_count();
-    const Ring& r = ring();
-    std::vector<WorkerProcess> started;
-    started.reserve(num_workers);
     try {
-      for (std::size_t w = 0; w < num_workers; ++w) {
-        reset_channel(w);
-        WorkerLaunch launch;
-        launch.id = w;
-        launch.num_workers = num_workers;
-        launch.seed = mix_seed(options.seed, w);
-        launch.ring = &r;
-        launch.task_eventfd = task_eventfds[w].get();
-        launch.main_eventfd = shared->main_eventfd.get();
-        launch.produce = &produce;
-        launch.worker_init = &options.worker_init;
-        started.push_back(WorkerProcess::spawn(launch));
+      for (std::size_t p = 0; p < num_workers; ++p) {
+        position_channel[p] = p;
+        spawn_on(p, p);
       }
     } catch (...) {
-      request_stop(started.size());
-      reap_all(started, kStopGrace);
+      stop_workers();
       throw;
-    }
-    workers = std::move(started);
-    wait_fds.clear();
-    wait_fds.push_back({shared->main_eventfd.get(), POLLIN, 0});
-    for (const WorkerProcess& w : workers) {
-      if (w.pidfd() >= 0) wait_fds.push_back({w.pidfd(), POLLIN, 0});
     }
     last_liveness_check = Clock::now();
   }
 
-  // Only while channel w has no worker.
-  void reset_channel(std::size_t w) noexcept {
-    Channel& channel = ring().channel(w);
+  // Forks a worker for position p on channel c, whose previous process (if any) is reaped.
+  void spawn_on(std::size_t c, std::size_t p) {
+    reset_channel(c);
+    WorkerLaunch launch;
+    launch.id = p;
+    launch.num_workers = num_workers;
+    launch.seed = mix_seed(options.seed, p);
+    launch.ring = &ring();
+    launch.channel = c;
+    launch.task_eventfd = task_eventfds[c].get();
+    launch.main_eventfd = shared->main_eventfd.get();
+    launch.produce = &produce;
+    launch.skip_samples = skip_samples();
+    launch.worker_init = &options.worker_init;
+    ChannelState& channel = channels[c];
+    channel.process = WorkerProcess::spawn(launch);
+    channel.position = p;
+    channel.retiring = false;
+    channel.issued = 0;
+    channel.outstanding = 0;
+    rebuild_wait_fds();
+  }
+
+  void rebuild_wait_fds() {
+    wait_fds.clear();
+    wait_fds.push_back({shared->main_eventfd.get(), POLLIN, 0});
+    for (const ChannelState& channel : channels) {
+      if (channel.running() && channel.process.pidfd() >= 0) {
+        wait_fds.push_back({channel.process.pidfd(), POLLIN, 0});
+      }
+    }
+  }
+
+  std::size_t running_workers() const noexcept {
+    std::size_t n = 0;
+    for (const ChannelState& channel : channels) n += channel.running() ? 1U : 0U;
+    return n;
+  }
+
+  // Only while channel c has no worker.
+  void reset_channel(std::size_t c) noexcept {
+    Channel& channel = ring().channel(c);
     channel.tasks.reset();
     channel.results.reset();
     channel.doorbell.sleeping.store(0, std::memory_order_relaxed);
@@ -240,47 +289,60 @@ struct LoaderCore::Impl {
     channel.current_batch.store(0, std::memory_order_relaxed);
     channel.stop_requested.store(0, std::memory_order_relaxed);
     channel.fatal_valid.store(0, std::memory_order_relaxed);
-    outstanding[w] = 0;
   }
 
-  void request_stop(std::size_t count) noexcept {
-    for (std::size_t w = 0; w < count; ++w) {
-      Channel& channel = ring().channel(w);
-      channel.stop_requested.store(1, std::memory_order_relaxed);
-      channel.tasks.try_push(Message{MessageKind::kStop, 0});  // INV-QUEUE-2 leaves room
-      ring_doorbell(channel.doorbell, task_eventfds[w].get());
-    }
+  // Asks channel c's worker to exit: at once (`now`: between samples) or after its queued tasks.
+  void request_stop(std::size_t c, bool now) noexcept {
+    Channel& channel = ring().channel(c);
+    if (now) channel.stop_requested.store(1, std::memory_order_relaxed);
+    channel.tasks.try_push(Message{MessageKind::kStop, 0});  // INV-QUEUE-2 leaves room
+    ring_doorbell(channel.doorbell, task_eventfds[c].get());
   }
 
   // Stops and reaps every worker; slots they were loading become free. Never throws.
   void stop_workers() noexcept {
-    if (workers.empty()) return;
-    request_stop(workers.size());
-    reap_all(workers, kStopGrace);
-    workers.clear();
-    wait_fds.clear();
+    std::vector<WorkerProcess> running;
+    for (std::size_t c = 0; c < channels.size(); ++c) {
+      if (!channels[c].running()) continue;
+      request_stop(c, true);
+      running.push_back(std::move(channels[c].process));
+    }
+    if (!running.empty()) reap_all(running, kStopGrace);
+    for (ChannelState& channel : channels) {
+      channel.retiring = false;
+      channel.outstanding = 0;
+    }
     for (SlotState& slot : slots) {
       if (slot.phase == Phase::kIssued) slot.phase = Phase::kFree;
     }
-    std::fill(outstanding.begin(), outstanding.end(), 0);
+    if (shared) rebuild_wait_fds();
   }
 
   // ---- the epoch ----
 
+  // The epoch starts only when everything it needs exists: a failure (fork, memory) leaves
+  // next_epoch where it was, so the next begin() runs the same epoch.
   void begin_epoch() {
     abandon_current();
-    const std::uint64_t epoch = next_epoch++;
+    const std::uint64_t epoch = next_epoch;
     const std::size_t n = dataset_size();
-    if (next && next->epoch == epoch && next->dataset_size == n) {
-      current = std::move(next);
-    } else {
-      current = make_plan(epoch, n);
-    }
+    current = next && next->epoch == epoch && next->dataset_size == n ? std::move(*next)
+                                                                      : make_plan(epoch, n);
     next.reset();
-    if (current->num_batches == 0) return;
-    ensure_ring();
-    drop_stale_ready();
-    if (num_workers > 0) ensure_workers();
+    if (current->num_batches > 0) {
+      try {
+        ensure_ring();
+        drop_stale_ready();  // keeps what was prefetched for this plan, now current
+        if (num_workers > 0) ensure_workers();
+      } catch (...) {
+        current.reset();
+        throw;
+      }
+    }
+    next_epoch = epoch + 1;
+    respawns_this_epoch = 0;
+    skipped_this_epoch = 0;
+    oom_at_spawn = read_oom_kill_count();
   }
 
   // Ends the running epoch early (its iterator went away, or a new epoch starts). Without
@@ -301,13 +363,17 @@ struct LoaderCore::Impl {
     drop_stale_ready();
   }
 
-  bool live_plan(std::uint64_t plan) const noexcept {
-    return (current && current->id == plan) || (next && next->id == plan);
+  Plan* live_plan(std::uint64_t plan) noexcept {
+    if (current && current->id == plan) return &*current;
+    if (next && next->id == plan) return &*next;
+    return nullptr;
   }
 
   void drop_stale_ready() noexcept {
     for (SlotState& slot : slots) {
-      if (slot.phase == Phase::kReady && !live_plan(slot.plan)) slot.phase = Phase::kFree;
+      if (slot.phase == Phase::kReady && live_plan(slot.plan) == nullptr) {
+        slot.phase = Phase::kFree;
+      }
     }
   }
 
@@ -323,8 +389,8 @@ struct LoaderCore::Impl {
     return any;
   }
 
-  std::optional<std::size_t> free_slot(std::size_t channel) const noexcept {
-    const std::size_t first = channel * per_channel();
+  std::optional<std::size_t> free_slot(std::size_t c) const noexcept {
+    const std::size_t first = c * per_channel();
     for (std::size_t s = first; s < first + per_channel(); ++s) {
       if (slots[s].phase == Phase::kFree) return s;
     }
@@ -345,6 +411,16 @@ struct LoaderCore::Impl {
     slots[s] = SlotState{Phase::kIssued, plan.id, k};
   }
 
+  // Issues batch k of `plan` into slot s of channel c (a kFree slot of a running worker).
+  void send_task(std::size_t c, std::size_t s, const Plan& plan, std::size_t k) {
+    write_task(s, plan, k);
+    ++channels[c].issued;
+    ++channels[c].outstanding;
+    Channel& channel = ring().channel(c);
+    channel.tasks.try_push(Message{MessageKind::kBatch, static_cast<std::uint32_t>(s)});
+    ring_doorbell(channel.doorbell, task_eventfds[c].get());
+  }
+
   // The plan whose batches are issued next: the current epoch's, then (persistent workers)
   // the following epoch's, so a new epoch's first batches are ready when it starts.
   Plan* plan_to_issue() {
@@ -358,47 +434,79 @@ struct LoaderCore::Impl {
     return next->fully_issued() ? nullptr : &*next;
   }
 
-  std::optional<std::size_t> channel_for(std::size_t k) const noexcept {
+  // max_batches_per_worker: once position p's worker has been given its quota, fork its
+  // replacement into the spare channel and let the old worker finish what it has, then exit.
+  // Delivery does not pause: the old worker's batches are already queued and the new one
+  // starts loading at once. The spare must have no worker and nothing being loaded; batches a
+  // retired worker left there (ready or held) stay until delivered and released. When no
+  // channel is spare yet, the old worker goes on until one is.
+  void maybe_recycle(std::size_t p) {
+    if (options.max_batches_per_worker == 0) return;
+    const std::size_t old = position_channel[p];
+    if (channels[old].issued < options.max_batches_per_worker) return;
+    // A retired worker that has finished frees its channel: reap it now rather than at the
+    // next liveness check (one waitpid per retiring worker, only when a recycle is due).
+    for (ChannelState& channel : channels) {
+      if (channel.retiring && channel.running() && channel.process.try_reap()) check_exit(channel);
+    }
+    collect();  // a retired worker's last results, before its channel is reset
+    for (std::size_t c = 0; c < channels.size(); ++c) {
+      const bool mapped =
+          std::find(position_channel.begin(), position_channel.end(), c) != position_channel.end();
+      if (mapped || channels[c].running() || channels[c].outstanding != 0 || !free_slot(c)) {
+        continue;
+      }
+      spawn_on(c, p);
+      position_channel[p] = c;
+      channels[old].retiring = true;
+      request_stop(old, false);
+      return;
+    }
+  }
+
+  std::optional<std::size_t> channel_for(std::size_t k) {
     if (options.in_order) {
-      const std::size_t w = k % num_channels();
-      return free_slot(w) ? std::optional<std::size_t>(w) : std::nullopt;
+      // INV-ORDER-1: batch k belongs to worker k mod num_workers.
+      const std::size_t p = k % num_workers;
+      maybe_recycle(p);
+      const std::size_t c = position_channel[p];
+      return free_slot(c) ? std::optional<std::size_t>(c) : std::nullopt;
     }
     // Whichever worker has a free slot and the least work queued, so a slow worker gets less.
     std::optional<std::size_t> best;
-    for (std::size_t w = 0; w < num_channels(); ++w) {
-      if (free_slot(w) && (!best || outstanding[w] < outstanding[*best])) best = w;
+    for (std::size_t p = 0; p < num_workers; ++p) {
+      maybe_recycle(p);
+      const std::size_t c = position_channel[p];
+      if (free_slot(c) && (!best || channels[c].outstanding < channels[*best].outstanding)) {
+        best = c;
+      }
     }
     return best;
   }
 
   void issue() {
-    if (workers.empty()) return;
+    if (num_workers == 0 || running_workers() == 0) return;
     for (Plan* plan = plan_to_issue(); plan != nullptr; plan = plan_to_issue()) {
       const std::size_t k = plan->issued;
-      const std::optional<std::size_t> w = channel_for(k);
-      if (!w) return;
-      const std::size_t s = *free_slot(*w);
-      write_task(s, *plan, k);
+      const std::optional<std::size_t> c = channel_for(k);
+      if (!c) return;
+      send_task(*c, *free_slot(*c), *plan, k);
       ++plan->issued;
-      ++outstanding[*w];
-      Channel& channel = ring().channel(*w);
-      channel.tasks.try_push(Message{MessageKind::kBatch, static_cast<std::uint32_t>(s)});
-      ring_doorbell(channel.doorbell, task_eventfds[*w].get());
     }
   }
 
   // Pops every published result. True when anything came back (a ready batch, or a stale one
-  // whose slot is now free for issue()).
+  // whose slot is now free for issue()). Results of workers that have since exited count.
   bool collect() noexcept {
     bool any = false;
-    for (std::size_t w = 0; w < workers.size(); ++w) {
-      Channel& channel = ring().channel(w);
+    for (std::size_t c = 0; c < channels.size() && num_workers > 0; ++c) {
+      Channel& channel = ring().channel(c);
       Message message;
       while (channel.results.try_pop(message)) {
         const std::size_t s = message.slot;
-        if (s / per_channel() != w || slots[s].phase != Phase::kIssued) continue;
-        --outstanding[w];
-        slots[s].phase = live_plan(slots[s].plan) ? Phase::kReady : Phase::kFree;
+        if (s / per_channel() != c || slots[s].phase != Phase::kIssued) continue;
+        --channels[c].outstanding;
+        slots[s].phase = live_plan(slots[s].plan) != nullptr ? Phase::kReady : Phase::kFree;
         any = true;
       }
     }
@@ -408,22 +516,11 @@ struct LoaderCore::Impl {
   std::optional<std::size_t> deliverable() const noexcept {
     const Plan& plan = *current;
     std::optional<std::size_t> found;
-    if (options.in_order || num_workers == 0) {
-      const std::size_t k = plan.next_in_order;
-      const std::size_t first = num_workers == 0 ? 0 : (k % num_channels()) * per_channel();
-      const std::size_t last = num_workers == 0 ? slots.size() : first + per_channel();
-      for (std::size_t s = first; s < last; ++s) {
-        if (slots[s].phase == Phase::kReady && slots[s].plan == plan.id && slots[s].batch == k) {
-          return s;
-        }
-      }
-      return std::nullopt;
-    }
+    const bool ordered = options.in_order || num_workers == 0;
     for (std::size_t s = 0; s < slots.size(); ++s) {
-      if (slots[s].phase == Phase::kReady && slots[s].plan == plan.id &&
-          (!found || slots[s].batch < slots[*found].batch)) {
-        found = s;
-      }
+      if (slots[s].phase != Phase::kReady || slots[s].plan != plan.id) continue;
+      if (ordered && slots[s].batch == plan.next_in_order) return s;
+      if (!ordered && (!found || slots[s].batch < slots[*found].batch)) found = s;
     }
     return found;
   }
@@ -437,12 +534,14 @@ struct LoaderCore::Impl {
     write_task(*s, plan, plan.issued);
     ++plan.issued;
     inline_error = nullptr;
-    load_batch(ring(), *memory, *s, nullptr, produce, &inline_error);
+    load_batch(ring(), *memory, *s, nullptr, produce, skip_samples(), &inline_error);
     slots[*s].phase = Phase::kReady;
     return true;
   }
 
-  Batch deliver(std::size_t s) {
+  // The batch in slot s, or nullopt when every sample of it was skipped. Throws the batch's
+  // error, or WorkerException once too many samples were skipped.
+  std::optional<Batch> deliver(std::size_t s) {
     Plan& plan = *current;
     SlotState& state = slots[s];
     const SlotHeader& header = ring().header(s);
@@ -451,27 +550,58 @@ struct LoaderCore::Impl {
     plan.next_in_order = std::max<std::size_t>(plan.next_in_order, k + 1);
     if (header.status != SlotStatus::kOk) {
       state.phase = Phase::kFree;
-      throw_batch_error(s, k);
+      throw_batch_error(s, header.error, k);
     }
     const std::span<const std::size_t> expected = plan.batch(k);
-    if (header.num_indices != expected.size() || header.plan != plan.id || header.batch != k) {
+    if (header.num_indices != expected.size() || header.num_kept > header.num_indices ||
+        header.plan != plan.id || header.batch != k) {
       state.phase = Phase::kFree;
       throw Error(fmt::format(
           "DataLoader: the header of batch slot {} was overwritten (batch {} of epoch {}); "
           "something wrote outside its batch, most likely memory corruption in user code",
           s, k, plan.epoch));
     }
+    if (header.num_kept < header.num_indices) note_skipped(s, k);
+    if (header.num_kept == 0) {
+      state.phase = Phase::kFree;
+      return std::nullopt;
+    }
     shared->held[s].store(true, std::memory_order_relaxed);
     state.phase = Phase::kHeld;
     auto lease = std::make_shared<SlotLease>(shared, s);
     std::vector<Field> fields = read_fields(ring(), s, lease);
     const std::span<const std::size_t> indices(
-        reinterpret_cast<const std::size_t*>(ring().indices(s)), header.num_indices);
+        reinterpret_cast<const std::size_t*>(ring().indices(s)), header.num_kept);
     return Batch(std::move(fields), indices, plan.epoch, k, std::move(lease));
   }
 
-  [[noreturn]] void throw_batch_error(std::size_t s, std::uint64_t k) {
-    const ErrorReport& report = ring().header(s).error;
+  // Counts a batch's skipped samples; past max_skipped_samples, raises the last one's error.
+  void note_skipped(std::size_t s, std::uint64_t k) {
+    const SlotHeader& header = ring().header(s);
+    const std::size_t skipped = header.num_indices - header.num_kept;
+    skipped_this_epoch += skipped;
+    const std::uint64_t* idx = ring().indices(s);
+    if (skipped_this_epoch > options.max_skipped_samples) {
+      slots[s].phase = Phase::kFree;
+      WorkerException::Details details = exception_details(s, header.skipped, k);
+      details.message += fmt::format(
+          " [{} samples skipped this epoch, more than LoaderOptions::max_skipped_samples ({})]",
+          skipped_this_epoch, options.max_skipped_samples);
+      throw WorkerException(std::move(details));
+    }
+    try {
+      std::string list;
+      for (std::size_t i = header.num_kept; i < header.num_indices; ++i) {
+        list += (list.empty() ? "" : ", ") + std::to_string(idx[i]);
+      }
+      spdlog::warn("stoker: skipped sample(s) {} of batch {}: {}: {} ({} skipped this epoch)", list,
+                   k, header.skipped.type_name, header.skipped.message, skipped_this_epoch);
+    } catch (...) {
+    }
+  }
+
+  WorkerException::Details exception_details(std::size_t s, const ErrorReport& report,
+                                             std::uint64_t k) const {
     WorkerException::Details details;
     details.type_name = report.type_name;
     details.message = report.message;
@@ -480,52 +610,73 @@ struct LoaderCore::Impl {
     if (report.sample != kNoSample) details.sample_index = report.sample;
     if (num_workers == 0) {
       details.pid = ::getpid();
-      const std::exception_ptr original = std::exchange(inline_error, nullptr);
-      if (original) {
-        try {
-          std::rethrow_exception(original);
-        } catch (...) {
-          std::throw_with_nested(WorkerException(std::move(details)));
-        }
-      }
-      throw WorkerException(std::move(details));
+    } else {
+      const ChannelState& channel = channels[ring().channel_of(s)];
+      details.worker_id = channel.position;
+      details.pid = channel.process.pid();
     }
-    const std::size_t w = ring().channel_of(s);
-    details.worker_id = w;
-    details.pid = w < workers.size() ? workers[w].pid() : 0;
+    return details;
+  }
+
+  [[noreturn]] void throw_batch_error(std::size_t s, const ErrorReport& report, std::uint64_t k) {
+    WorkerException::Details details = exception_details(s, report, k);
+    const std::exception_ptr original = std::exchange(inline_error, nullptr);
+    if (num_workers == 0 && original) {
+      try {
+        std::rethrow_exception(original);
+      } catch (...) {
+        std::throw_with_nested(WorkerException(std::move(details)));
+      }
+    }
     throw WorkerException(std::move(details));
   }
 
   // ---- faults ----
 
-  // Throws when a worker has exited. `force` checks now; otherwise at most every
-  // kLivenessInterval (a pidfd in the sleep's poll set catches deaths while waiting).
+  // Reaps workers that have exited; a retired worker's exit is expected, any other is a crash
+  // (respawned or raised). `force` checks now; otherwise at most every kLivenessInterval (a
+  // pidfd in the sleep's poll set catches deaths while waiting).
   void check_workers(bool force) {
     const Clock::time_point now = Clock::now();
     if (!force && now - last_liveness_check < kLivenessInterval) return;
     last_liveness_check = now;
-    for (std::size_t w = 0; w < workers.size(); ++w) {
-      if (workers[w].try_reap()) worker_died(w);
+    const std::optional<OomCount> oom_now = read_oom_kill_count();
+    bool changed = false;
+    for (std::size_t c = 0; c < channels.size(); ++c) {
+      ChannelState& channel = channels[c];
+      if (!channel.running() || !channel.process.try_reap()) continue;
+      changed = true;
+      check_exit(channel);
     }
+    if (changed) rebuild_wait_fds();
+    // Nobody died: move the OOM-kill baseline up, so a later SIGKILL is compared with a
+    // recent count and an unrelated OOM kill long before is not blamed for it.
+    oom_at_spawn = oom_now;
   }
 
-  [[noreturn]] void worker_died(std::size_t w) {
-    const WorkerProcess& process = workers[w];
-    const Channel& channel = ring().channel(w);
+  // A reaped worker: a retired one that finished is expected; anything else died.
+  void check_exit(ChannelState& channel) {
+    // What it published before exiting is in its result queue (waitpid orders it): count it
+    // before judging the exit, so only batches it never finished count as lost.
+    collect();
+    const int status = channel.process.status();
+    const bool clean_exit = channel.process.status_known() && WIFEXITED(status) &&
+                            WEXITSTATUS(status) == 0 && channel.outstanding == 0;
+    if (channel.retiring && clean_exit) {
+      channel.retiring = false;
+      return;
+    }
+    worker_died(static_cast<std::size_t>(&channel - channels.data()));
+  }
+
+  WorkerCrashed::Details crash_details(std::size_t c) const {
+    const ChannelState& state = channels[c];
+    const WorkerProcess& process = state.process;
+    const Channel& channel = ring().channel(c);
     const std::uint64_t batch = channel.current_batch.load(std::memory_order_relaxed);
     const std::uint64_t sample = channel.current_sample.load(std::memory_order_relaxed);
-    if (channel.fatal_valid.load(std::memory_order_acquire) != 0) {
-      WorkerException::Details details;
-      details.worker_id = w;
-      details.pid = process.pid();
-      details.type_name = channel.fatal.type_name;
-      details.message = channel.fatal.message;
-      details.where = channel.fatal.where;
-      fail_epoch();
-      throw WorkerException(std::move(details));
-    }
     WorkerCrashed::Details details;
-    details.worker_id = w;
+    details.worker_id = state.position;
     details.pid = process.pid();
     if (!process.status_known()) {
       details.exit_code = -1;
@@ -544,8 +695,65 @@ struct LoaderCore::Impl {
     }
     if (batch != 0) details.batch = batch - 1;
     if (sample != kNoSample) details.sample_index = sample;
+    return details;
+  }
+
+  // Channel c's worker died. Respawns it when the options allow, else raises.
+  void worker_died(std::size_t c) {
+    const ChannelState& state = channels[c];
+    const Channel& channel = ring().channel(c);
+    if (channel.fatal_valid.load(std::memory_order_acquire) != 0) {
+      WorkerException::Details details;
+      details.worker_id = state.position;
+      details.pid = state.process.pid();
+      details.type_name = channel.fatal.type_name;
+      details.message = channel.fatal.message;
+      details.where = channel.fatal.where;
+      fail_epoch();
+      throw WorkerException(std::move(details));
+    }
+    WorkerCrashed::Details details = crash_details(c);
+    if (options.on_worker_crash == OnWorkerCrash::kRespawn && current &&
+        respawns_this_epoch < options.max_respawns) {
+      ++respawns_this_epoch;
+      try {
+        spdlog::warn("stoker: {}. Respawning worker {} ({} of at most {} this epoch)",
+                     describe_crash(details), state.position, respawns_this_epoch,
+                     options.max_respawns);
+      } catch (...) {
+      }
+      respawn(c);
+      return;
+    }
+    if (options.on_worker_crash == OnWorkerCrash::kRespawn) {
+      details.cause +=
+          fmt::format(" (this is death {} this epoch: LoaderOptions::max_respawns is {})",
+                      respawns_this_epoch + 1, options.max_respawns);
+    }
     fail_epoch();
     throw WorkerCrashed(std::move(details));
+  }
+
+  // Forks a replacement on channel c and gives it back the batches the dead worker had not
+  // delivered, in their order; results it had published stay valid.
+  void respawn(std::size_t c) {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> lost;  // (plan, batch)
+    const std::size_t first = c * per_channel();
+    for (std::size_t s = first; s < first + per_channel(); ++s) {
+      if (slots[s].phase != Phase::kIssued) continue;
+      lost.emplace_back(slots[s].plan, slots[s].batch);
+      slots[s].phase = Phase::kFree;
+    }
+    std::sort(lost.begin(), lost.end());
+    const bool was_retiring = channels[c].retiring;
+    spawn_on(c, channels[c].position);
+    for (const auto& [plan_id, k] : lost) {
+      if (Plan* plan = live_plan(plan_id)) send_task(c, *free_slot(c), *plan, k);
+    }
+    if (was_retiring) {
+      channels[c].retiring = true;
+      request_stop(c, false);
+    }
   }
 
   std::size_t ring_committed_bytes() const noexcept {
@@ -556,33 +764,26 @@ struct LoaderCore::Impl {
     return total;
   }
 
-  // The channel that owes the batch the consumer waits for.
-  std::optional<std::size_t> owing_channel() const noexcept {
-    if (options.in_order) return current->next_in_order % num_channels();
-    std::optional<std::size_t> found;
-    std::uint64_t oldest = 0;
-    for (std::size_t s = 0; s < slots.size(); ++s) {
-      if (slots[s].phase == Phase::kIssued && slots[s].plan == current->id &&
-          (!found || slots[s].batch < oldest)) {
-        found = ring().channel_of(s);
-        oldest = slots[s].batch;
-      }
-    }
-    return found;
-  }
-
   [[noreturn]] void timed_out(Clock::duration waited) {
     LoaderTimeout::Details details;
     details.timeout = options.timeout;
     details.waited = std::chrono::duration_cast<milliseconds>(waited);
     details.batch = current->next_in_order;
-    if (const std::optional<std::size_t> w = owing_channel(); w && *w < workers.size()) {
-      details.worker_id = *w;
-      details.pid = workers[*w].pid();
-      const Channel& channel = ring().channel(*w);
-      const std::uint64_t batch = channel.current_batch.load(std::memory_order_relaxed);
+    // The worker that owes the batch: the one holding the oldest batch still being loaded.
+    std::optional<std::size_t> owing;
+    for (std::size_t s = 0; s < slots.size(); ++s) {
+      if (slots[s].phase == Phase::kIssued && slots[s].plan == current->id &&
+          (!owing || slots[s].batch < slots[*owing].batch)) {
+        owing = s;
+      }
+    }
+    if (owing) {
+      const std::size_t c = ring().channel_of(*owing);
+      const Channel& channel = ring().channel(c);
+      details.worker_id = channels[c].position;
+      details.pid = channels[c].process.pid();
+      details.batch = slots[*owing].batch;
       const std::uint64_t sample = channel.current_sample.load(std::memory_order_relaxed);
-      if (batch != 0) details.batch = batch - 1;
       if (sample != kNoSample) details.sample_index = sample;
     }
     fail_epoch();
@@ -592,31 +793,38 @@ struct LoaderCore::Impl {
   // True when no batch can arrive until the program releases a Batch it holds: every slot
   // that could carry the next batch is held by the consumer.
   bool blocked_by_held_batches() const noexcept {
-    if (num_workers == 0) return !free_slot(0);
-    auto all_held = [&](std::size_t w) {
-      const std::size_t first = w * per_channel();
+    auto all_held = [&](std::size_t c) {
+      const std::size_t first = c * per_channel();
       for (std::size_t s = first; s < first + per_channel(); ++s) {
         if (slots[s].phase != Phase::kHeld) return false;
       }
       return true;
     };
-    if (options.in_order) return all_held(current->next_in_order % num_channels());
-    for (std::size_t w = 0; w < num_channels(); ++w) {
-      if (!all_held(w)) return false;
+    if (num_workers == 0) return all_held(0);
+    if (options.in_order) {
+      if (current->issued > current->next_in_order) return false;  // it is being loaded
+      return all_held(position_channel[current->next_in_order % num_workers]);
+    }
+    for (const std::size_t c : position_channel) {
+      if (!all_held(c)) return false;
     }
     return true;
   }
 
   std::string held_message() const {
     std::size_t held = 0;
-    for (const SlotState& slot : slots) held += slot.phase == Phase::kHeld ? 1 : 0;
+    for (const SlotState& slot : slots) held += slot.phase == Phase::kHeld ? 1U : 0U;
+    const std::string layout = num_workers == 0
+                                   ? fmt::format("{} slots: prefetch_factor={}, loading in-process",
+                                                 slots.size(), options.prefetch_factor)
+                                   : fmt::format("{} slots per worker: prefetch_factor={}",
+                                                 options.prefetch_factor, options.prefetch_factor);
     return fmt::format(
         "DataLoader: the next batch needs a slot, but the program still holds {} batches and "
-        "every slot that could carry the next one is among them ({} slots: num_workers={} x "
-        "prefetch_factor={}). A Batch is a view into shared memory whose slot is reused only "
-        "when the Batch is destroyed: keep batch.clone() instead of the Batch, or raise "
-        "prefetch_factor",
-        held, slots.size(), num_workers, options.prefetch_factor);
+        "every slot that could carry the next one is among them ({}). A Batch is a view into "
+        "shared memory whose slot is reused only when the Batch is destroyed: keep "
+        "batch.clone() instead of the Batch, or raise prefetch_factor",
+        held, layout);
   }
 
   // ---- waiting ----
@@ -629,7 +837,7 @@ struct LoaderCore::Impl {
     return collected || reclaimed;
   }
 
-  // Sleeps until a worker publishes a result, a slot is released or a worker dies, or the
+  // Sleeps until a worker publishes a result, a slot is released or a worker exits, or the
   // timeout passes (LoaderTimeout).
   void wait(Clock::time_point wait_start, bool held_blocked, Clock::time_point& warned_at) {
     if (spin_until([&] { return progress_possible(); }, kMainSpin)) return;
@@ -646,6 +854,11 @@ struct LoaderCore::Impl {
       const auto left = std::chrono::ceil<milliseconds>(wait_start + options.timeout - now);
       if (left.count() <= 0) {
         bell.sleeping.store(0, std::memory_order_relaxed);
+        if (held_blocked) {
+          throw Error(
+              fmt::format("{} (waited {} ms, LoaderOptions::timeout)", held_message(),
+                          std::chrono::duration_cast<milliseconds>(now - wait_start).count()));
+        }
         timed_out(now - wait_start);
       }
       limit = left;
@@ -660,21 +873,19 @@ struct LoaderCore::Impl {
         limit = until_warning;
       }
     }
-    const bool pidfds = wait_fds.size() == workers.size() + 1;
-    if (!pidfds && !workers.empty() && (limit.count() < 0 || limit > milliseconds(5))) {
+    const bool pidfds = wait_fds.size() == running_workers() + 1;
+    if (!pidfds && (limit.count() < 0 || limit > milliseconds(5))) {
       limit = milliseconds(5);  // no pidfds (Linux < 5.3): look for dead workers by polling
     }
     const int ready =
-        wait_fds.empty()
-            ? posix::poll_fds(nullptr, 0, static_cast<int>(limit.count()))
-            : posix::poll_fds(wait_fds.data(), wait_fds.size(), static_cast<int>(limit.count()));
+        posix::poll_fds(wait_fds.data(), wait_fds.size(), static_cast<int>(limit.count()));
     bell.sleeping.store(0, std::memory_order_relaxed);
     posix::eventfd_drain(shared->main_eventfd.get());
-    bool died = !pidfds;
+    bool exited = !pidfds;
     for (std::size_t i = 1; ready > 0 && i < wait_fds.size(); ++i) {
-      died = died || wait_fds[i].revents != 0;
+      exited = exited || wait_fds[i].revents != 0;
     }
-    check_workers(died);
+    check_workers(exited);
   }
 
   std::optional<Batch> next_batch() {
@@ -686,13 +897,15 @@ struct LoaderCore::Impl {
     const Clock::time_point start = Clock::now();
     Clock::time_point warned_at = start;
     for (;;) {
+      check_workers(false);  // at most every kLivenessInterval, even while batches flow
       // Collect and reclaim before issuing, so every slot they free is refilled before the
       // loop can sleep; wait() returns as soon as either finds more.
       collect();
       reclaim();
       issue();
       if (const std::optional<std::size_t> s = deliverable()) {
-        Batch batch = deliver(*s);
+        std::optional<Batch> batch = deliver(*s);
+        if (!batch) continue;  // every sample of it was skipped
         issue();  // refill the slot the consumer just freed, before it starts computing
         return batch;
       }
@@ -702,7 +915,6 @@ struct LoaderCore::Impl {
         return std::nullopt;
       }
       if (num_workers == 0 && load_inline()) continue;
-      check_workers(false);
       const bool held_blocked = blocked_by_held_batches();
       if (held_blocked && count_threads() <= 1) throw Error(held_message());
       wait(start, held_blocked, warned_at);
@@ -735,7 +947,10 @@ BatchIterator LoaderCore::begin() {
 
 std::vector<pid_t> LoaderCore::worker_pids() const {
   std::vector<pid_t> pids;
-  for (const WorkerProcess& w : impl_->workers) pids.push_back(w.pid());
+  for (const std::size_t c : impl_->position_channel) {
+    const ChannelState& channel = impl_->channels[c];
+    if (channel.running()) pids.push_back(channel.process.pid());
+  }
   return pids;
 }
 

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "ring.hpp"
+
 namespace stoker {
 namespace {
 
@@ -27,6 +29,13 @@ void validate(const LoaderOptions& o) {
         "LoaderOptions::timeout is {} ms; it must be >= 0 (0 waits forever)", o.timeout.count()));
   }
   check_range("max_batch_bytes", o.max_batch_bytes, kMinBatchBytes, kMaxBatchBytes);
+  const std::size_t layout = detail::Ring::payload_start(o.batch_size);
+  if (layout >= o.max_batch_bytes) {
+    throw std::invalid_argument(fmt::format(
+        "LoaderOptions::max_batch_bytes is {}, but a slot's header and the indices of {} samples "
+        "(batch_size) already take {}; raise max_batch_bytes",
+        o.max_batch_bytes, o.batch_size, layout));
+  }
   if (o.persistent_workers && o.num_workers == 0) {
     throw std::invalid_argument(
         "LoaderOptions::persistent_workers needs num_workers > 0 (there is no worker to keep)");

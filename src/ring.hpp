@@ -141,6 +141,10 @@ struct SlotHeader {
   std::uint64_t descriptor_offset;  // from the slot's start
   std::uint64_t descriptor_bytes;
   ErrorReport error;  // status == kError
+  // OnSampleError::kSkip: the indices are reordered so the kept ones come first, in batch
+  // order, and the skipped ones follow; `skipped` describes the first skipped sample.
+  std::uint64_t num_kept;
+  ErrorReport skipped;
   // Bytes from the slot's start that some process has backed with memory (grows only, by CAS:
   // main backs the indices, the loading process the payload). Read for memory accounting.
   std::atomic<std::uint64_t> committed;
@@ -201,6 +205,7 @@ class Ring {
   SlotHeader& header(std::size_t s) const noexcept {
     return *reinterpret_cast<SlotHeader*>(slot(s));
   }
+  // Written by main when it issues the batch; reordered by the loading process when it skips.
   std::uint64_t* indices(std::size_t s) const noexcept {
     return reinterpret_cast<std::uint64_t*>(slot(s) + kSlotHeaderBytes);
   }

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "crash_report.hpp"
+#include "format.hpp"
 #include "stoker/errors.hpp"
 
 namespace stoker::detail {
@@ -38,14 +39,64 @@ std::size_t record_bytes(std::size_t ndim, std::size_t name_length) {
 
 }  // namespace
 
-SlotWriter::SlotWriter(const Ring& ring, SlotMemory& memory, std::size_t slot, Channel* channel)
+SlotWriter::SlotWriter(const Ring& ring, SlotMemory& memory, std::size_t slot, Channel* channel,
+                       bool skip_samples)
     : ring_(ring),
       memory_(memory),
       slot_(slot),
       channel_(channel),
       header_(ring.header(slot)),
       indices_(reinterpret_cast<const std::size_t*>(ring.indices(slot)), header_.num_indices),
-      cursor_(Ring::payload_start(header_.num_indices)) {}
+      cursor_(Ring::payload_start(header_.num_indices)),
+      skip_samples_(skip_samples) {
+  header_.num_kept = header_.num_indices;
+  if (skip_samples_) {
+    skipped_.reserve(indices_.size());
+    scratch_.reserve(indices_.size());
+  }
+}
+
+void SlotWriter::skip_sample() noexcept {
+  if (skipped_.empty()) {
+    std::string type;
+    std::string what;
+    try {
+      type = current_exception_type_name();
+      try {
+        throw;
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+    } catch (...) {
+    }
+    header_.skipped.set(sample_, header_.batch, where_, type, what);
+  }
+  skipped_.push_back(position_ - 1);  // reserved in the constructor: cannot allocate
+}
+
+void SlotWriter::begin_collate() noexcept {
+  where_ = "collate";
+  // A crash from here on is in the collate, not in any one sample's get().
+  if (channel_ != nullptr) channel_->current_sample.store(kNoSample, std::memory_order_relaxed);
+  if (skipped_.empty()) return;
+  // Kept indices first, in batch order, then the skipped ones: main reads both.
+  std::uint64_t* indices = ring_.indices(slot_);
+  const std::size_t n = header_.num_indices;
+  std::size_t next_skipped = 0;
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (next_skipped < skipped_.size() && skipped_[next_skipped] == i) {
+      scratch_.push_back(indices[i]);
+      ++next_skipped;
+    } else {
+      indices[kept++] = indices[i];
+    }
+  }
+  for (std::size_t i = 0; i < scratch_.size(); ++i) indices[kept + i] = scratch_[i];
+  header_.num_kept = kept;
+  indices_ = std::span<const std::size_t>(reinterpret_cast<const std::size_t*>(indices), kept);
+}
 
 Tensor SlotWriter::alloc(std::string_view name, DType dtype, const Shape& shape) {
   if (name.empty()) throw std::invalid_argument("BatchBuilder::alloc: the field name is empty");
@@ -69,9 +120,11 @@ Tensor SlotWriter::alloc(std::string_view name, DType dtype, const Shape& shape)
   const std::size_t offset = round_up(cursor_, kCacheLine);
   if (nbytes > ring_.slot_bytes() - offset) {
     throw Error(fmt::format(
-        "BatchBuilder::alloc: field '{}' ({} x {}) does not fit in the slot: {} are used of {} "
-        "(LoaderOptions::max_batch_bytes); raise max_batch_bytes or lower batch_size",
-        name, shape.to_string(), dtype_name(dtype), offset, ring_.slot_bytes()));
+        "BatchBuilder::alloc: field '{}' ({} x {}, {}) does not fit in the slot: {} are used of "
+        "{} (LoaderOptions::max_batch_bytes); raise max_batch_bytes or lower batch_size",
+        name, shape.to_string(), dtype_name(dtype),
+        nbytes == ~std::size_t{0} ? std::string("more than 16 EiB") : format_bytes(nbytes),
+        format_bytes(offset), format_bytes(ring_.slot_bytes())));
   }
   memory_.ensure(slot_, offset + nbytes);
   fields_.push_back({std::string(name), dtype, shape, offset, nbytes});
@@ -81,6 +134,7 @@ Tensor SlotWriter::alloc(std::string_view name, DType dtype, const Shape& shape)
 
 void SlotWriter::begin_sample(std::size_t index) {
   sample_ = index;
+  ++position_;
   if (channel_ != nullptr) {
     channel_->current_sample.store(index, std::memory_order_relaxed);
     // Relaxed: main's stop request needs no ordering, only to be seen soon.
@@ -96,7 +150,7 @@ void SlotWriter::finish() {
     throw Error(fmt::format(
         "DataLoader: the batch's description does not fit in the slot ({} used of {}); raise "
         "LoaderOptions::max_batch_bytes",
-        offset, ring_.slot_bytes()));
+        format_bytes(offset), format_bytes(ring_.slot_bytes())));
   }
   memory_.ensure(slot_, offset + bytes);
   std::byte* out = ring_.slot(slot_) + offset;
@@ -146,14 +200,15 @@ void SlotWriter::fail_with_current_exception() noexcept {
 }
 
 LoadOutcome load_batch(const Ring& ring, SlotMemory& memory, std::size_t s, Channel* channel,
-                       const ProduceFn& produce, std::exception_ptr* error) noexcept {
+                       const ProduceFn& produce, bool skip_samples,
+                       std::exception_ptr* error) noexcept {
   SlotHeader& header = ring.header(s);
   header.status = SlotStatus::kEmpty;
   if (channel != nullptr) channel->current_batch.store(header.batch + 1, std::memory_order_relaxed);
   LoadOutcome outcome = LoadOutcome::kOk;
   std::optional<SlotWriter> writer;
   try {
-    writer.emplace(ring, memory, s, channel);
+    writer.emplace(ring, memory, s, channel, skip_samples);
     produce(*writer);
     writer->finish();
   } catch (const Cancelled&) {

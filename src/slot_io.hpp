@@ -25,14 +25,18 @@ struct Cancelled {};
 
 class SlotWriter final : public BatchSink {
  public:
-  // `channel` is the loading worker's, or nullptr in the main process.
-  SlotWriter(const Ring& ring, SlotMemory& memory, std::size_t slot, Channel* channel);
+  // `channel` is the loading worker's, or nullptr in the main process. `skip_samples`:
+  // OnSampleError::kSkip.
+  SlotWriter(const Ring& ring, SlotMemory& memory, std::size_t slot, Channel* channel,
+             bool skip_samples);
 
   Tensor alloc(std::string_view name, DType dtype, const Shape& shape) override;
   std::span<const std::size_t> indices() const noexcept override { return indices_; }
   std::uint64_t epoch() const noexcept override { return header_.epoch; }
   void begin_sample(std::size_t index) override;
-  void begin_collate() noexcept override { where_ = "collate"; }
+  void begin_collate() noexcept override;
+  bool skips_samples() const noexcept override { return skip_samples_; }
+  void skip_sample() noexcept override;
 
   // Writes the descriptor and marks the slot kOk.
   void finish();
@@ -56,7 +60,11 @@ class SlotWriter final : public BatchSink {
   std::vector<FieldRecord> fields_;
   std::size_t cursor_;
   std::uint64_t sample_ = kNoSample;
+  std::size_t position_ = 0;  // begin_sample() calls so far: the current sample is position_ - 1
   const char* where_ = "get()";
+  bool skip_samples_;
+  std::vector<std::size_t> skipped_;  // positions of skipped samples (reserved when skipping)
+  std::vector<std::uint64_t> scratch_;
 };
 
 enum class LoadOutcome { kOk, kError, kCancelled };
@@ -65,7 +73,8 @@ enum class LoadOutcome { kOk, kError, kCancelled };
 // the slot kOk or kError. When `error` is given, a failure's exception is stored there too (the
 // main process nests it in the WorkerException). Never throws.
 LoadOutcome load_batch(const Ring& ring, SlotMemory& memory, std::size_t s, Channel* channel,
-                       const ProduceFn& produce, std::exception_ptr* error) noexcept;
+                       const ProduceFn& produce, bool skip_samples,
+                       std::exception_ptr* error) noexcept;
 
 // Main process: the fields of the kOk batch in slot `s`, as views kept alive by `keeper`.
 // Throws stoker::Error when the descriptor is malformed.

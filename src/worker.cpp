@@ -130,7 +130,7 @@ void wait_for_task(Channel& channel, const WorkerLaunch& launch) noexcept {
   reset_signals();
 
   const Ring& ring = *launch.ring;
-  Channel& channel = ring.channel(launch.id);
+  Channel& channel = ring.channel(launch.channel);
   // Slots are pre-faulted as batches need them (SlotWriter), not all up front: a fresh
   // worker's first batch then waits for one slot's page tables, not for all of them.
   std::optional<SlotMemory> memory;
@@ -157,8 +157,8 @@ void wait_for_task(Channel& channel, const WorkerLaunch& launch) noexcept {
         channel.stop_requested.load(std::memory_order_relaxed) != 0) {
       ::_exit(0);
     }
-    const LoadOutcome outcome =
-        load_batch(ring, *memory, message.slot, &channel, *launch.produce, nullptr);
+    const LoadOutcome outcome = load_batch(ring, *memory, message.slot, &channel, *launch.produce,
+                                           launch.skip_samples, nullptr);
     if (outcome == LoadOutcome::kCancelled) ::_exit(0);
     // INV-QUEUE-2: at most slots_per_channel results are outstanding, so this cannot fail.
     channel.results.try_push(Message{MessageKind::kBatch, message.slot});
@@ -228,8 +228,23 @@ WorkerProcess& WorkerProcess::operator=(WorkerProcess&& other) noexcept {
 WorkerProcess::~WorkerProcess() {
   if (!reaped()) {
     kill(SIGKILL);
-    int status = 0;
-    posix::wait_pid(pid_, &status, 0);
+    // SIGKILL ends any process except one in uninterruptible I/O: wait for it, but not
+    // forever. One still there after 5 s is left to the kernel (a zombie until this process
+    // exits), and said so.
+    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(5);
+    while (!try_reap() && Clock::now() < deadline) {
+      WorkerProcess* self = this;
+      wait_for_exit(std::span<WorkerProcess>(self, 1), std::chrono::milliseconds(100));
+    }
+    if (!reaped()) {
+      try {
+        spdlog::error(
+            "stoker: worker pid {} did not die within 5 s of SIGKILL (stuck in "
+            "uninterruptible I/O?); it is left unreaped",
+            pid_);
+      } catch (...) {
+      }
+    }
   }
   release_fds();
 }

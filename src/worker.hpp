@@ -26,7 +26,8 @@ void set_worker_info(const WorkerInfo& info) noexcept;
 // Everything a new worker needs; it all lives in the main process's memory, which the child
 // inherits at the same addresses.
 struct WorkerLaunch {
-  std::size_t id = 0;
+  std::size_t id = 0;       // the worker id (WorkerInfo::id)
+  std::size_t channel = 0;  // the ring channel it serves
   std::size_t num_workers = 0;
   std::uint64_t seed = 0;
   const Ring* ring = nullptr;
@@ -34,6 +35,7 @@ struct WorkerLaunch {
   int main_eventfd = -1;   // the worker rings it after publishing a result
   int lifeline_read = -1;  // read end of this worker's lifeline pipe
   const ProduceFn* produce = nullptr;
+  bool skip_samples = false;  // OnSampleError::kSkip
   const std::function<void(std::size_t)>* worker_init = nullptr;
 };
 

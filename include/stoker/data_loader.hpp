@@ -108,7 +108,8 @@ class DataLoader {
   // Fetch -> collate -> write into the slot: the same code in a worker and in-process.
   static void produce_batch(D& ds, const CollateFn& collate, detail::BatchSink& out) {
     const std::span<const std::size_t> indices = out.indices();
-    if (!collate) {
+    if (!collate && !out.skips_samples()) {
+      // The common case streams: one sample at a time, stacked straight into the slot.
       StackCollator stack(out);
       for (const std::size_t index : indices) {
         out.begin_sample(index);
@@ -120,10 +121,22 @@ class DataLoader {
     samples.reserve(indices.size());
     for (const std::size_t index : indices) {
       out.begin_sample(index);
-      samples.emplace_back(ds.get(index));
+      if (!out.skips_samples()) {
+        samples.emplace_back(ds.get(index));
+        continue;
+      }
+      try {
+        samples.emplace_back(ds.get(index));
+      } catch (...) {
+        out.skip_sample();
+      }
     }
     out.begin_collate();
-    collate(std::span<const Sample>(samples), out);
+    if (collate) {
+      collate(std::span<const Sample>(samples), out);
+    } else {
+      collate_stack(samples, out);
+    }
   }
 
   std::unique_ptr<D> dataset_;

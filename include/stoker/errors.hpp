@@ -92,6 +92,9 @@ class LoaderTimeout : public Error {
 };
 
 // The samples of a batch cannot be stacked: a field is missing, or dtypes or shapes differ.
+// Thrown by StackCollator where the batch is loaded; through a DataLoader it reaches the
+// consumer as a WorkerException whose type_name() is "stoker::CollateError" (with
+// num_workers == 0 the CollateError itself is nested in it).
 class CollateError : public Error {
  public:
   CollateError(std::string field, std::vector<std::size_t> sample_indices, std::string message);

@@ -11,6 +11,18 @@
 
 namespace stoker {
 
+// What the loader does when a worker process dies (a signal, or exit()).
+enum class OnWorkerCrash : std::uint8_t {
+  kFail,     // raise WorkerCrashed and end the epoch (PyTorch's behaviour)
+  kRespawn,  // fork a replacement and reload what the dead worker had not delivered
+};
+
+// What the loader does when the dataset's get() throws for a sample.
+enum class OnSampleError : std::uint8_t {
+  kFail,  // raise WorkerException for the batch; the epoch goes on (PyTorch's behaviour)
+  kSkip,  // drop the sample from its batch, count it, and go on
+};
+
 struct LoaderOptions {
   std::size_t batch_size = 1;       // samples per batch, 1 .. kMaxBatchSize
   bool shuffle = false;             // a new order each epoch, a function of (seed, epoch) only
@@ -23,15 +35,29 @@ struct LoaderOptions {
   std::uint64_t seed = 0;                // shuffle order and WorkerInfo::seed derive from it
   CollateFn collate;                     // empty: stack every field (StackCollator)
   std::function<void(std::size_t worker_id)> worker_init;  // runs first in each worker
-  // The largest batch (payload plus layout) a slot can hold. Address space is reserved for it;
-  // memory is committed only as batches need it.
+  // The size of a batch slot: it holds a header (~4 KiB), the batch's indices, its fields and
+  // their description. Address space is reserved for every slot; memory is committed only as
+  // batches need it. A batch that does not fit is an error naming this option.
   std::size_t max_batch_bytes = std::size_t{1} << 30;
+
+  // Recovery. A respawned worker reloads the batches the dead one had been given; more than
+  // max_respawns deaths in one epoch raise the last WorkerCrashed.
+  OnWorkerCrash on_worker_crash = OnWorkerCrash::kFail;
+  std::size_t max_respawns = 3;
+  // Skipped samples are left out of their batch (which is then smaller); past
+  // max_skipped_samples in one epoch the next failure raises WorkerException.
+  OnSampleError on_sample_error = OnSampleError::kFail;
+  std::size_t max_skipped_samples = 100;
+  // Replace each worker with a fresh process after it has loaded this many batches (0: never),
+  // to bound slow memory growth in user code. The replacement is forked while the old worker
+  // finishes its last batches, into a spare set of prefetch_factor slots.
+  std::size_t max_batches_per_worker = 0;
 };
 
 inline constexpr std::size_t kMaxBatchSize = std::size_t{1} << 24;
 inline constexpr int kMaxWorkers = 256;
 inline constexpr std::size_t kMaxPrefetchFactor = 64;
-inline constexpr std::size_t kMinBatchBytes = std::size_t{1} << 12;
+inline constexpr std::size_t kMinBatchBytes = std::size_t{1} << 16;
 inline constexpr std::size_t kMaxBatchBytes = std::size_t{1} << 40;
 
 // Throws std::invalid_argument naming the first bad option, its value and the valid range.

@@ -197,7 +197,9 @@ TEST_CASE("an exception in worker_init is reported as a WorkerException", "[faul
     } catch (const WorkerException& e) {
       REQUIRE(e.worker_id() == std::optional<std::size_t>(1));
       REQUIRE(e.details().where == "worker_init");
-      REQUIRE_THAT(std::string(e.what()), Catch::Contains("no GPU for worker 1"));
+      REQUIRE_THAT(std::string(e.what()),
+                   Catch::Contains("no GPU for worker 1") &&
+                       Catch::Contains("the worker exited and the epoch ended"));
     }
   }
   STOKER_REQUIRE_CLEAN(baseline);
@@ -391,9 +393,13 @@ TEST_CASE("fork failures are clear errors and leave nothing behind", "[fault][re
     detail::posix::inject_failure(detail::posix::Call::kFork, EAGAIN, 1);
     REQUIRE_THROWS_WITH(loader.begin(), Catch::Contains("fork() for worker 0 failed") &&
                                             Catch::Contains("lower num_workers"));
-    // The next epoch works.
+    // The failed begin() did not use up epoch 0: the next one runs it, completely.
+    REQUIRE(loader.epoch() == 0);
     std::size_t samples = 0;
-    for (const Batch& batch : loader) samples += batch.size();
+    for (const Batch& batch : loader) {
+      samples += batch.size();
+      REQUIRE(batch.epoch() == 0);
+    }
     REQUIRE(samples == 100);
   }
   detail::posix::clear_injected_failures();

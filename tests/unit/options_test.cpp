@@ -108,12 +108,22 @@ TEST_CASE("validate: max_batch_bytes out of range", "[options]") {
   LoaderOptions o;
   o.max_batch_bytes = kMinBatchBytes - 1;
   REQUIRE_THROWS_AS(validate(o), std::invalid_argument);
-  REQUIRE_THROWS_WITH(validate(o), Contains("LoaderOptions::max_batch_bytes is 4095") &&
-                                       Contains("between 4096 and 1099511627776"));
+  REQUIRE_THROWS_WITH(validate(o), Contains("LoaderOptions::max_batch_bytes is 65535") &&
+                                       Contains("between 65536 and 1099511627776"));
   o.max_batch_bytes = 0;
   REQUIRE_THROWS_WITH(validate(o), Contains("max_batch_bytes is 0"));
   o.max_batch_bytes = kMaxBatchBytes + 1;
   REQUIRE_THROWS_WITH(validate(o), Contains("max_batch_bytes is 1099511627777"));
+}
+
+TEST_CASE("validate: a slot must hold its header and the batch's indices", "[options]") {
+  LoaderOptions o;
+  o.batch_size = 10000;  // 80,000 bytes of indices
+  o.max_batch_bytes = kMinBatchBytes;
+  REQUIRE_THROWS_WITH(validate(o), Contains("indices of 10000 samples (batch_size)") &&
+                                       Contains("raise max_batch_bytes"));
+  o.max_batch_bytes = 1 << 20;
+  REQUIRE_NOTHROW(validate(o));
 }
 
 TEST_CASE("validate: persistent_workers needs workers", "[options]") {

@@ -27,8 +27,13 @@ class BatchSink : public BatchBuilder {
   // Called before loading each sample, so a crash or an exception can name it. Throws an
   // internal exception when the loader asked the worker to stop: let it propagate.
   virtual void begin_sample(std::size_t index) = 0;
-  // Called once the samples are loaded and a user collate starts.
+  // Called once the samples are loaded, before a collate that receives them all. From then on
+  // indices() lists only the samples that were kept.
   virtual void begin_collate() noexcept = 0;
+  // True when a sample whose get() throws is to be dropped (OnSampleError::kSkip).
+  virtual bool skips_samples() const noexcept = 0;
+  // Inside a catch block around get(): drops the current sample and records why.
+  virtual void skip_sample() noexcept = 0;
 };
 
 using ProduceFn = std::function<void(BatchSink&)>;
