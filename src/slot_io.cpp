@@ -77,7 +77,8 @@ void SlotWriter::skip_sample() noexcept {
 
 void SlotWriter::begin_collate() noexcept {
   where_ = "collate";
-  // A crash from here on is in the collate, not in any one sample's get().
+  // An error or a crash from here on is in the collate, not in any one sample's get().
+  sample_ = kNoSample;
   if (channel_ != nullptr) channel_->current_sample.store(kNoSample, std::memory_order_relaxed);
   if (skipped_.empty()) return;
   // Kept indices first, in batch order, then the skipped ones: main reads both.

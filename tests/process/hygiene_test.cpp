@@ -1,0 +1,192 @@
+// Shutdown of workers that are stopped or spinning, errors in a user collate, resource
+// exhaustion (file descriptors, shared memory), and the warning about forking from threads.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <sstream>
+#include <thread>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+#include <catch2/catch.hpp>
+
+#include "posix.hpp"
+#include "support/clean_state.hpp"
+#include "support/datasets.hpp"
+
+using namespace stoker;
+using stoker::test::IndexDataset;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Routes spdlog's default logger into a string for the test's lifetime.
+struct CapturedLog {
+  std::ostringstream text;
+  std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  CapturedLog() {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text);
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink));
+  }
+  ~CapturedLog() { spdlog::set_default_logger(previous); }
+};
+
+}  // namespace
+
+TEST_CASE("stopped and spinning workers are killed on shutdown", "[fault][shutdown]") {
+  const bool stopped = GENERATE(false, true);
+  CAPTURE(stopped);
+  const test::ProcessState baseline = test::process_state();
+  {
+    IndexDataset dataset{100, [](std::size_t i) {
+                           if (i >= 8 && test::in_worker()) {
+                             volatile int forever = 0;
+                             while (forever == 0) {
+                             }
+                           }
+                         }};
+    LoaderOptions opt;
+    opt.batch_size = 4;
+    opt.num_workers = 2;
+    DataLoader loader(dataset, opt);
+    std::optional<BatchIterator> it(loader.begin());
+    REQUIRE(*it != loader.end());
+    const std::vector<pid_t> pids = loader.worker_pids();
+    if (stopped) {
+      for (const pid_t pid : pids) ::kill(pid, SIGSTOP);
+    }
+    const Clock::time_point start = Clock::now();
+    it.reset();
+    REQUIRE(test::seconds_since(start) < 5.0);
+    for (const pid_t pid : pids) REQUIRE_FALSE(test::process_alive(pid));
+  }
+  STOKER_REQUIRE_CLEAN(baseline);
+}
+
+TEST_CASE("an exception in a user collate names the collate", "[fault][exception]") {
+  const int workers = GENERATE(0, 2);
+  LoaderOptions opt;
+  opt.batch_size = 4;
+  opt.num_workers = workers;
+  opt.collate = [](std::span<const Sample> samples, BatchBuilder& out) {
+    if (samples[0]["index"].item<std::int64_t>() == 8) throw std::length_error("collate says no");
+    collate_stack(samples, out);
+  };
+  DataLoader loader(IndexDataset{20, {}}, opt);
+  auto it = loader.begin();
+  std::size_t samples = 0;
+  int errors = 0;
+  while (true) {
+    try {
+      if (it == loader.end()) break;
+      samples += it->size();
+      ++it;
+    } catch (const WorkerException& e) {
+      ++errors;
+      REQUIRE(e.type_name() == "std::length_error");
+      REQUIRE(e.details().where == "collate");
+      REQUIRE_THAT(std::string(e.what()), Catch::Contains("in collate while loading batch 2") &&
+                                              Catch::Contains("collate says no"));
+    }
+  }
+  REQUIRE(errors == 1);
+  REQUIRE(samples == 16);
+}
+
+TEST_CASE("forking from a multi-threaded process warns once", "[hygiene]") {
+  CapturedLog log;
+  std::atomic<bool> done{false};
+  std::thread other([&done] {
+    while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  {
+    LoaderOptions opt;
+    opt.batch_size = 4;
+    opt.num_workers = 2;
+    DataLoader loader(IndexDataset{20, {}}, opt);
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      for (const Batch& batch : loader) (void)batch;
+    }
+  }
+  done = true;
+  other.join();
+  const std::string text = log.text.str();
+  INFO(text);
+  REQUIRE_THAT(text, Catch::Contains("forking DataLoader workers from a process with 2 threads"));
+  // Once per process, not once per fork.
+  REQUIRE(text.find("forking DataLoader") == text.rfind("forking DataLoader"));
+}
+
+TEST_CASE("running out of file descriptors is a clear error", "[fault][resources]") {
+  const test::ProcessState baseline = test::process_state();
+  rlimit saved{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  {
+    LoaderOptions opt;
+    opt.batch_size = 4;
+    opt.num_workers = 4;
+    DataLoader loader(IndexDataset{40, {}}, opt);
+    // Room for a couple of descriptors, not for the loader's eventfds, pipes and pidfds.
+    const rlimit tight{static_cast<rlim_t>(test::open_fd_count() + 3), saved.rlim_max};
+    REQUIRE(setrlimit(RLIMIT_NOFILE, &tight) == 0);
+    std::string message;
+    try {
+      auto it = loader.begin();
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    REQUIRE(setrlimit(RLIMIT_NOFILE, &saved) == 0);
+    INFO(message);
+    REQUIRE_THAT(message, Catch::Contains("ulimit -n"));
+    // With descriptors back, the loader works.
+    std::size_t samples = 0;
+    for (const Batch& batch : loader) samples += batch.size();
+    REQUIRE(samples == 40);
+  }
+  STOKER_REQUIRE_CLEAN(baseline);
+}
+
+TEST_CASE("shared memory that cannot be backed is an error, not SIGBUS", "[fault][resources]") {
+  const test::ProcessState baseline = test::process_state();
+  SECTION("in the main process, when the ring is created") {
+    detail::posix::inject_failure(detail::posix::Call::kMadvise, ENOMEM, 1);
+    LoaderOptions opt;
+    opt.batch_size = 4;
+    opt.num_workers = 2;
+    DataLoader loader(IndexDataset{40, {}}, opt);
+    REQUIRE_THROWS_WITH(loader.begin(), Catch::Contains("cannot back the ring's control block") &&
+                                            Catch::Contains("Cannot allocate memory"));
+    detail::posix::clear_injected_failures();
+  }
+  SECTION("in a worker, when a batch needs more of its slot") {
+    struct Big {
+      std::size_t size() const { return 8; }
+      Sample get(std::size_t i) const {
+        // The first batch needs 4 MiB of the slot: the main process has only backed the
+        // slot's first 64 KiB, so the worker must back the rest, and is made to fail.
+        if (i == 0 && test::in_worker()) {
+          detail::posix::inject_failure(detail::posix::Call::kMadvise, ENOMEM, 1);
+        }
+        Sample s;
+        s.set("x", Tensor::zeros(DType::kUInt8, {1 << 20}));
+        return s;
+      }
+    };
+    LoaderOptions opt;
+    opt.batch_size = 4;
+    opt.num_workers = 1;
+    DataLoader loader(Big{}, opt);
+    try {
+      for (const Batch& batch : loader) (void)batch;
+      FAIL("no error");
+    } catch (const WorkerException& e) {
+      REQUIRE(e.type_name() == "stoker::Error");
+      REQUIRE_THAT(e.original_what(), Catch::Contains("cannot back") &&
+                                          Catch::Contains("of shared memory for batch slot") &&
+                                          Catch::Contains("lower batch_size"));
+    }
+  }
+  STOKER_REQUIRE_CLEAN(baseline);
+}
