@@ -161,6 +161,9 @@ struct LoaderCore::Impl {
   std::optional<OomCount> oom_at_spawn;  // to tell the OOM killer's SIGKILL from anyone else's
   std::size_t respawns_this_epoch = 0;
   std::size_t skipped_this_epoch = 0;
+  LoaderStats stats;  // the epoch's counters; skipped/respawns filled on read
+  Clock::time_point epoch_start{};
+  Clock::time_point epoch_end{};  // set when the epoch's last batch has been delivered
 
   Impl(LoaderOptions o, std::function<std::size_t()> size, ProduceFn p)
       : options(std::move(o)),
@@ -342,6 +345,12 @@ struct LoaderCore::Impl {
     next_epoch = epoch + 1;
     respawns_this_epoch = 0;
     skipped_this_epoch = 0;
+    const std::uint64_t recycled = stats.workers_recycled;
+    stats = LoaderStats{};
+    stats.epoch = epoch;
+    stats.workers_recycled = recycled;
+    epoch_start = Clock::now();
+    epoch_end = {};
     oom_at_spawn = read_oom_kill_count();
   }
 
@@ -460,6 +469,7 @@ struct LoaderCore::Impl {
       position_channel[p] = c;
       channels[old].retiring = true;
       request_stop(old, false);
+      ++stats.workers_recycled;
       return;
     }
   }
@@ -581,6 +591,9 @@ struct LoaderCore::Impl {
     const std::size_t skipped = header.num_indices - header.num_kept;
     skipped_this_epoch += skipped;
     const std::uint64_t* idx = ring().indices(s);
+    for (std::size_t i = header.num_kept; i < header.num_indices; ++i) {
+      stats.skipped_indices.push_back(idx[i]);
+    }
     if (skipped_this_epoch > options.max_skipped_samples) {
       slots[s].phase = Phase::kFree;
       WorkerException::Details details = exception_details(s, header.skipped, k);
@@ -888,13 +901,33 @@ struct LoaderCore::Impl {
     check_workers(exited);
   }
 
+  // One fetch, timed for stats.wait_seconds (two clock reads per batch).
   std::optional<Batch> next_batch() {
+    const Clock::time_point start = Clock::now();
+    struct Timer {
+      Impl& impl;
+      Clock::time_point start;
+      ~Timer() {
+        impl.stats.wait_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+      }
+    } timer{*this, start};
+    std::optional<Batch> batch = fetch_batch(start);
+    if (batch) {
+      ++stats.batches;
+      stats.samples += batch->size();
+      stats.bytes += batch->nbytes();
+    } else if (epoch_end == Clock::time_point{}) {
+      epoch_end = Clock::now();
+    }
+    return batch;
+  }
+
+  std::optional<Batch> fetch_batch(Clock::time_point start) {
     Plan& plan = *current;
     if (plan.num_batches == 0) {
       current.reset();
       return std::nullopt;
     }
-    const Clock::time_point start = Clock::now();
     Clock::time_point warned_at = start;
     for (;;) {
       check_workers(false);  // at most every kLivenessInterval, even while batches flow
@@ -943,6 +976,18 @@ std::uint64_t LoaderCore::epoch() const noexcept { return impl_->next_epoch; }
 BatchIterator LoaderCore::begin() {
   impl_->begin_epoch();
   return BatchIterator(this, impl_->current->id);
+}
+
+LoaderStats LoaderCore::stats() const {
+  const Impl& m = *impl_;
+  LoaderStats out = m.stats;
+  const auto end = m.epoch_end != Clock::time_point{} ? m.epoch_end : Clock::now();
+  out.epoch_seconds = m.epoch_start == Clock::time_point{}
+                          ? 0
+                          : std::chrono::duration<double>(end - m.epoch_start).count();
+  out.skipped_samples = m.skipped_this_epoch;
+  out.respawns = m.respawns_this_epoch;
+  return out;
 }
 
 std::vector<pid_t> LoaderCore::worker_pids() const {

@@ -103,6 +103,9 @@ class DataLoader {
   const D& dataset() const noexcept { return *dataset_; }
   // Live worker processes, in worker-id order (empty between epochs without persistent workers).
   std::vector<pid_t> worker_pids() const { return core_->worker_pids(); }
+  // Main process; never blocks. Counters of the current epoch (or the last one, between
+  // epochs): batches, samples, bytes, time waited, skipped samples, respawns.
+  LoaderStats stats() const { return core_->stats(); }
 
  private:
   // Fetch -> collate -> write into the slot: the same code in a worker and in-process.

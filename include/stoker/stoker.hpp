@@ -8,5 +8,6 @@
 #include "stoker/errors.hpp"
 #include "stoker/options.hpp"
 #include "stoker/sample.hpp"
+#include "stoker/stats.hpp"
 #include "stoker/tensor.hpp"
 #include "stoker/worker_info.hpp"

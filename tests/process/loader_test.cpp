@@ -297,6 +297,34 @@ TEST_CASE("next() walks an epoch without the iterator protocol", "[loader]") {
   REQUIRE(test::batch_indices(held[1]) == std::vector<std::int64_t>{3, 4, 5});
 }
 
+TEST_CASE("stats count the epoch's batches, samples, bytes and waiting", "[loader][stats]") {
+  IndexDataset dataset{100, [](std::size_t) {
+                         if (test::in_worker()) {
+                           std::this_thread::sleep_for(std::chrono::microseconds(200));
+                         }
+                       }};
+  LoaderOptions opt;
+  opt.batch_size = 8;
+  opt.num_workers = 2;
+  DataLoader loader(dataset, opt);
+  loader.set_epoch(4);
+  std::size_t bytes = 0;
+  for (const Batch& batch : loader) bytes += batch.nbytes();
+  const LoaderStats stats = loader.stats();
+  REQUIRE(stats.epoch == 4);
+  REQUIRE(stats.batches == 13);
+  REQUIRE(stats.samples == 100);
+  REQUIRE(stats.bytes == bytes);
+  REQUIRE(bytes == 100 * (8 + 16));
+  REQUIRE(stats.epoch_seconds > 0.005);  // 100 x 0.2 ms over two workers at least
+  // The consumer does nothing: it waited for nearly all of the epoch.
+  REQUIRE(stats.wait_fraction() > 0.5);
+  REQUIRE(stats.wait_fraction() <= 1.0);
+  REQUIRE(stats.samples_per_second() > 0);
+  // The figures stay those of the finished epoch until the next begin().
+  REQUIRE(loader.stats().epoch_seconds == stats.epoch_seconds);
+}
+
 TEST_CASE("an empty dataset gives an epoch without batches", "[loader]") {
   LoaderOptions opt;
   opt.batch_size = 4;

@@ -81,6 +81,7 @@ TEST_CASE("respawn replaces a crashed worker and reloads its batches", "[recover
     if (in_order) REQUIRE(d.order == iota(200));
     REQUIRE(crashes[37].load() == 2);  // died once, then loaded by the replacement
     REQUIRE(crashes[90].load() == 2);
+    REQUIRE(loader.stats().respawns == 2);
     REQUIRE(before.size() == 2);
   }
   STOKER_REQUIRE_CLEAN(baseline);
@@ -149,6 +150,10 @@ TEST_CASE("skip drops samples whose get() throws and keeps the rest in order", "
     REQUIRE(d.batch_sizes[1] == 1);
     REQUIRE(d.batch_sizes[8] == 1);
     REQUIRE(d.batch_sizes[9] == 1);
+    const LoaderStats stats = loader.stats();
+    REQUIRE(stats.skipped_samples == 5);
+    REQUIRE(stats.skipped_indices == std::vector<std::size_t>{3, 17, 18, 40, 41});
+    REQUIRE(stats.samples == 55);
   }
 }
 
@@ -249,6 +254,7 @@ TEST_CASE("workers are recycled after max_batches_per_worker without changing th
       REQUIRE(pids.size() >= 7);
     }
     REQUIRE(recycled.worker_pids().size() == (persistent ? 2u : 0u));
+    REQUIRE(recycled.stats().workers_recycled >= 10);
   }
   STOKER_REQUIRE_CLEAN(baseline);
 }

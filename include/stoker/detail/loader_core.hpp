@@ -14,6 +14,7 @@
 #include "stoker/batch.hpp"
 #include "stoker/collate.hpp"
 #include "stoker/options.hpp"
+#include "stoker/stats.hpp"
 
 namespace stoker {
 class BatchIterator;
@@ -55,6 +56,7 @@ class LoaderCore {
   BatchIterator begin();
   // Live worker processes, in worker-id order; empty when none are running.
   std::vector<pid_t> worker_pids() const;
+  LoaderStats stats() const;
 
   // The iterator protocol. `generation` identifies the epoch an iterator belongs to.
   std::optional<Batch> next(std::uint64_t generation);
