@@ -7,7 +7,7 @@
 
 namespace stoker::detail {
 
-std::string format_bytes(std::size_t bytes);              // "9.6 MB", "1.0 GiB"-style: "1.00 GiB"
+std::string format_bytes(std::size_t bytes);              // "512 B", "9.2 MiB", "1.0 GiB"
 std::string format_duration(std::chrono::nanoseconds d);  // "12.3 ms"
 
 }  // namespace stoker::detail

@@ -48,6 +48,7 @@
 #include "slot_io.hpp"
 #include "spin.hpp"
 #include "stoker/errors.hpp"
+#include "stoker/random.hpp"
 #include "worker.hpp"
 
 namespace stoker::detail {
@@ -62,6 +63,8 @@ constexpr std::chrono::microseconds kMainSpin{10};
 constexpr milliseconds kLivenessInterval{50};
 // How long stopping workers waits before SIGTERM, and again before SIGKILL.
 constexpr milliseconds kStopGrace{500};
+// How far behind the live OOM-kill count the SIGKILL baseline stays (see oom_at_spawn).
+constexpr std::chrono::seconds kOomBaselineLag{2};
 // While the consumer's own batches block progress and another thread might release one.
 constexpr milliseconds kHeldWarningInterval{10000};
 
@@ -158,7 +161,13 @@ struct LoaderCore::Impl {
   std::optional<Plan> current;
   std::optional<Plan> next;  // persistent workers: the following epoch, prefetched
   Clock::time_point last_liveness_check{};
-  std::optional<OomCount> oom_at_spawn;  // to tell the OOM killer's SIGKILL from anyone else's
+  // The OOM-kill count a SIGKILL is compared with, to tell the OOM killer from anyone else.
+  // It follows the current count at least kOomBaselineLag behind: a worker the OOM killer has
+  // already counted may take a while to die and be reaped (tearing down a large address space),
+  // and must still be compared with the count from before its kill.
+  std::optional<OomCount> oom_at_spawn;
+  std::optional<OomCount> oom_candidate;
+  Clock::time_point oom_candidate_time{};
   std::size_t respawns_this_epoch = 0;
   std::size_t skipped_this_epoch = 0;
   LoaderStats stats;  // the epoch's counters; skipped/respawns filled on read
@@ -249,7 +258,7 @@ struct LoaderCore::Impl {
     WorkerLaunch launch;
     launch.id = p;
     launch.num_workers = num_workers;
-    launch.seed = mix_seed(options.seed, p);
+    launch.seed = Generator::from({options.seed, p}).next();
     launch.ring = &ring();
     launch.channel = c;
     launch.task_eventfd = task_eventfds[c].get();
@@ -352,6 +361,7 @@ struct LoaderCore::Impl {
     epoch_start = Clock::now();
     epoch_end = {};
     oom_at_spawn = read_oom_kill_count();
+    oom_candidate_time = {};
   }
 
   // Ends the running epoch early (its iterator went away, or a new epoch starts). Without
@@ -455,10 +465,15 @@ struct LoaderCore::Impl {
     if (channels[old].issued < options.max_batches_per_worker) return;
     // A retired worker that has finished frees its channel: reap it now rather than at the
     // next liveness check (one waitpid per retiring worker, only when a recycle is due).
+    bool reaped = false;
     for (ChannelState& channel : channels) {
-      if (channel.retiring && channel.running() && channel.process.try_reap()) check_exit(channel);
+      if (channel.retiring && channel.running() && channel.process.try_reap()) {
+        check_exit(channel);
+        reaped = true;
+      }
     }
-    collect();  // a retired worker's last results, before its channel is reset
+    if (reaped) rebuild_wait_fds();  // a reaped worker's pidfd is closed
+    collect();                       // a retired worker's last results, before its channel is reset
     for (std::size_t c = 0; c < channels.size(); ++c) {
       const bool mapped =
           std::find(position_channel.begin(), position_channel.end(), c) != position_channel.end();
@@ -597,8 +612,8 @@ struct LoaderCore::Impl {
     if (skipped_this_epoch > options.max_skipped_samples) {
       slots[s].phase = Phase::kFree;
       WorkerException::Details details = exception_details(s, header.skipped, k);
-      details.message += fmt::format(
-          " [{} samples skipped this epoch, more than LoaderOptions::max_skipped_samples ({})]",
+      details.where += fmt::format(
+          " ({} samples skipped this epoch, more than LoaderOptions::max_skipped_samples = {})",
           skipped_this_epoch, options.max_skipped_samples);
       throw WorkerException(std::move(details));
     }
@@ -662,9 +677,13 @@ struct LoaderCore::Impl {
       check_exit(channel);
     }
     if (changed) rebuild_wait_fds();
-    // Nobody died: move the OOM-kill baseline up, so a later SIGKILL is compared with a
-    // recent count and an unrelated OOM kill long before is not blamed for it.
-    oom_at_spawn = oom_now;
+    // Nobody died: move the baseline up to a count seen at least kOomBaselineLag ago, so an
+    // unrelated OOM kill long before is not blamed for a later SIGKILL.
+    if (now - oom_candidate_time >= kOomBaselineLag) {
+      if (oom_candidate_time != Clock::time_point{}) oom_at_spawn = oom_candidate;
+      oom_candidate = oom_now;
+      oom_candidate_time = now;
+    }
   }
 
   // A reaped worker: a retired one that finished is expected; anything else died.
@@ -739,6 +758,7 @@ struct LoaderCore::Impl {
       return;
     }
     if (options.on_worker_crash == OnWorkerCrash::kRespawn) {
+      if (details.cause.empty()) details.cause = likely_cause(details.signal, details.exit_code);
       details.cause +=
           fmt::format(" (this is death {} this epoch: LoaderOptions::max_respawns is {})",
                       respawns_this_epoch + 1, options.max_respawns);
@@ -759,7 +779,12 @@ struct LoaderCore::Impl {
     }
     std::sort(lost.begin(), lost.end());
     const bool was_retiring = channels[c].retiring;
-    spawn_on(c, channels[c].position);
+    try {
+      spawn_on(c, channels[c].position);
+    } catch (...) {
+      fail_epoch();  // the lost batches cannot be reloaded: end the epoch, clearly
+      throw;
+    }
     for (const auto& [plan_id, k] : lost) {
       if (Plan* plan = live_plan(plan_id)) send_task(c, *free_slot(c), *plan, k);
     }

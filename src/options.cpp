@@ -36,6 +36,11 @@ void validate(const LoaderOptions& o) {
         "(batch_size) already take {}; raise max_batch_bytes",
         o.max_batch_bytes, o.batch_size, layout));
   }
+  if (o.max_batches_per_worker > 0 && o.num_workers == 0) {
+    throw std::invalid_argument(
+        "LoaderOptions::max_batches_per_worker needs num_workers > 0 (there is no worker to "
+        "recycle)");
+  }
   if (o.persistent_workers && o.num_workers == 0) {
     throw std::invalid_argument(
         "LoaderOptions::persistent_workers needs num_workers > 0 (there is no worker to keep)");

@@ -4,9 +4,11 @@
 //
 //   [ControlBlock][Channel 0]..[Channel C-1][pad][slot 0][slot 1]..[slot S-1]
 //
-// Channel w belongs to worker w: a task queue (main -> worker), a result queue (worker -> main),
-// the worker's doorbell and what the worker reports about itself. Slot s belongs to channel
-// s / slots_per_channel (a static partition: a worker only ever writes its own slots). A slot
+// A channel is served by one worker process at a time (which one can change: a respawn after a
+// crash, a replacement under max_batches_per_worker): a task queue (main -> worker), a result
+// queue (worker -> main), the worker's doorbell and what the worker reports about itself. Slot
+// s belongs to channel s / slots_per_channel (a static partition: a worker only ever writes its
+// own channel's slots). A slot
 // starts with a SlotHeader, then the batch's indices, then the payload the worker writes, then
 // the batch descriptor. Nothing here is a lock: a process that dies cannot leave one held.
 #pragma once
@@ -25,7 +27,7 @@ inline constexpr std::uint64_t kRingMagic = 0x474e49524b4f5453ULL;  // "STOKRING
 inline constexpr std::uint32_t kRingVersion = 1;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::size_t kPageSize = 4096;
-// A channel's queues hold at most slots_per_channel batch messages plus one stop message
+// A channel's queues hold at most slots_per_channel batch messages plus two stop messages
 // (INV-QUEUE-2), and slots_per_channel <= kMaxPrefetchFactor (64).
 inline constexpr std::size_t kQueueCapacity = 128;
 inline constexpr std::uint64_t kNoSample = ~std::uint64_t{0};

@@ -315,8 +315,8 @@ void reap_all(std::span<WorkerProcess> workers, std::chrono::milliseconds grace)
   if (wait_until(Clock::now() + grace)) return;
   for (WorkerProcess& w : workers) w.kill(SIGKILL);
   // SIGKILL cannot be caught; only a process stuck in uninterruptible I/O outlives this wait,
-  // and its WorkerProcess destructor reaps it later.
-  wait_until(Clock::now() + std::chrono::seconds(5));
+  // and its WorkerProcess destructor waits for it once more (bounded too).
+  wait_until(Clock::now() + std::chrono::seconds(3));
 }
 
 std::size_t count_threads() noexcept {

@@ -76,7 +76,8 @@ class WorkerProcess {
 
 // Waits until every worker has exited, escalating: up to `grace` for them to leave on their own
 // (after the caller asked them to stop), then SIGTERM and up to `grace` more, then SIGKILL.
-// Reaps all of them. Never throws; returns within about 2 x grace plus the kernel's kill time.
+// Reaps all of them. Never throws; returns within 2 x grace + 3 s (a process stuck in
+// uninterruptible I/O can outlast SIGKILL; it is then left to ~WorkerProcess).
 void reap_all(std::span<WorkerProcess> workers, std::chrono::milliseconds grace) noexcept;
 
 // Waits up to `timeout` for any unreaped worker to exit (the caller then calls try_reap()).

@@ -25,7 +25,9 @@ namespace stoker {
 // end, next()) may throw WorkerException, after which the iterator is still usable and the next
 // fetch returns the following batch; WorkerCrashed and LoaderTimeout end the epoch (the
 // iterator then compares equal to end). Destroying the iterator ends the epoch; without
-// persistent workers, that reaps the workers (within 5 seconds, whatever they are doing).
+// persistent workers, that reaps the workers: at once if they are idle, within about a second
+// if they are busy or hung (stop request, then SIGTERM, then SIGKILL), and within 4 s in all
+// but the case of a worker stuck in uninterruptible I/O.
 class BatchIterator {
  public:
   using value_type = Batch;
@@ -135,6 +137,7 @@ class DataLoader {
       }
     }
     out.begin_collate();
+    if (samples.empty()) return;  // every sample was skipped: the batch is not delivered
     if (collate) {
       collate(std::span<const Sample>(samples), out);
     } else {

@@ -111,8 +111,9 @@ TEST_CASE("respawn gives up after max_respawns deaths in an epoch", "[recovery][
     } catch (const WorkerCrashed& e) {
       REQUIRE(e.signal() == SIGSEGV);
       REQUIRE(e.sample_index() == std::optional<std::size_t>(21));
-      REQUIRE_THAT(std::string(e.what()),
-                   Catch::Contains("death 3 this epoch") && Catch::Contains("max_respawns is 2"));
+      REQUIRE_THAT(std::string(e.what()), Catch::Contains("death 3 this epoch") &&
+                                              Catch::Contains("max_respawns is 2") &&
+                                              Catch::Contains("a crash in user code"));
     }
     REQUIRE(deaths[0].load() == 3);
     REQUIRE(samples <= 20);
@@ -182,6 +183,25 @@ TEST_CASE("skip gives a user collate only the samples it kept", "[recovery][skip
   REQUIRE(sums == std::vector<std::int64_t>{0 + 1 + 2 + 3 + 4, 6 + 7 + 8 + 9});
 }
 
+TEST_CASE("skip does not call a user collate for a batch with nothing kept", "[recovery][skip]") {
+  IndexDataset dataset{10, [](std::size_t i) {
+                         if (i >= 5) throw std::runtime_error("bad");
+                       }};
+  LoaderOptions opt;
+  opt.batch_size = 5;
+  opt.num_workers = 1;
+  opt.on_sample_error = OnSampleError::kSkip;
+  opt.collate = [](std::span<const Sample> samples, BatchBuilder& out) {
+    const Tensor& first = samples[0]["index"];  // would read past an empty span
+    out.alloc("first", DType::kInt64, {}).data<std::int64_t>()[0] = first.item<std::int64_t>();
+  };
+  DataLoader loader(dataset, opt);
+  std::vector<std::size_t> sizes;
+  for (const Batch& batch : loader) sizes.push_back(batch.size());
+  REQUIRE(sizes == std::vector<std::size_t>{5});
+  REQUIRE(loader.stats().skipped_samples == 5);
+}
+
 TEST_CASE("skip raises once more than max_skipped_samples were skipped", "[recovery][skip]") {
   IndexDataset dataset{50, [](std::size_t i) {
                          if (i % 10 == 7) throw std::invalid_argument("bad " + std::to_string(i));
@@ -201,8 +221,10 @@ TEST_CASE("skip raises once more than max_skipped_samples were skipped", "[recov
   } catch (const WorkerException& e) {
     REQUIRE(e.type_name() == "std::invalid_argument");
     REQUIRE(e.sample_index() == std::optional<std::size_t>(27));
+    REQUIRE(e.original_what() == "bad 27");
     REQUIRE_THAT(std::string(e.what()), Catch::Contains("3 samples skipped this epoch") &&
-                                            Catch::Contains("max_skipped_samples (2)"));
+                                            Catch::Contains("max_skipped_samples = 2") &&
+                                            Catch::Contains(": bad 27;"));
   }
   REQUIRE(delivered == iota(24, {7, 17}));
 }

@@ -1,0 +1,12 @@
+// The loader's side of sample_rng(): which sample is being loaded in this process.
+#pragma once
+
+#include <cstdint>
+
+namespace stoker::detail {
+
+// Called by the loading process before each sample's get() and after its batch.
+void begin_sample_rng(std::uint64_t seed, std::uint64_t epoch, std::uint64_t index) noexcept;
+void end_sample_rng() noexcept;
+
+}  // namespace stoker::detail
