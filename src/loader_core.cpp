@@ -109,13 +109,17 @@ struct Plan {
   std::size_t batch_size = 1;
   std::size_t num_batches = 0;
   std::vector<std::size_t> order;
+  // Batch k is order[offsets[k] .. offsets[k + 1]); empty when every batch has batch_size
+  // samples but the last (no batch sampler).
+  std::vector<std::size_t> offsets;
   std::size_t issued = 0;     // batches 0..issued-1 have been issued (INV-ORDER-1)
   std::size_t delivered = 0;  // batches handed out, or reported as errors
   std::size_t next_in_order = 0;
 
   std::span<const std::size_t> batch(std::size_t k) const noexcept {
+    if (!offsets.empty()) return {order.data() + offsets[k], offsets[k + 1] - offsets[k]};
     const std::size_t begin = k * batch_size;
-    return {order.data() + begin, std::min(batch_size, dataset_size - begin)};
+    return {order.data() + begin, std::min(batch_size, order.size() - begin)};
   }
   bool fully_issued() const noexcept { return issued == num_batches; }
   bool done() const noexcept { return delivered == num_batches; }
@@ -188,15 +192,54 @@ struct LoaderCore::Impl {
 
   // ---- set-up ----
 
+  // The epoch's batches: from the batch sampler, the sampler, or 0..n-1 (shuffled or not).
+  // Main process. Throws std::out_of_range for an index past the dataset's end.
   Plan make_plan(std::uint64_t epoch, std::size_t n) {
     Plan plan;
     plan.id = next_plan_id++;
     plan.epoch = epoch;
     plan.dataset_size = n;
     plan.batch_size = options.batch_size;
-    plan.num_batches = batches_for(n, options);
-    plan.order = epoch_order(n, options.shuffle, options.seed, epoch);
+    if (options.batch_sampler) {
+      const std::vector<std::vector<std::size_t>> batches = options.batch_sampler->batches(epoch);
+      plan.offsets.reserve(batches.size() + 1);
+      plan.offsets.push_back(0);
+      for (std::size_t k = 0; k < batches.size(); ++k) {
+        if (batches[k].empty()) {
+          throw std::invalid_argument(fmt::format(
+              "DataLoader: the batch sampler's batch {} of epoch {} is empty; every batch needs "
+              "at least one index",
+              k, epoch));
+        }
+        plan.order.insert(plan.order.end(), batches[k].begin(), batches[k].end());
+        plan.offsets.push_back(plan.order.size());
+      }
+      plan.num_batches = batches.size();
+    } else {
+      plan.order = options.sampler ? options.sampler->indices(epoch)
+                                   : epoch_order(n, options.shuffle, options.seed, epoch);
+      plan.num_batches = batches_for(plan.order.size(), options);
+    }
+    for (std::size_t i = 0; i < plan.order.size(); ++i) {
+      if (plan.order[i] >= n) {
+        throw std::out_of_range(fmt::format(
+            "DataLoader: the {} gave index {} (position {} of epoch {}), but the dataset has {} "
+            "samples",
+            options.batch_sampler ? "batch sampler" : "sampler", plan.order[i], i, epoch, n));
+      }
+    }
     return plan;
+  }
+
+  // Batches of epoch next_epoch. With a sampler that is only known by asking it: the plan is
+  // made then and kept for begin().
+  std::size_t next_num_batches() {
+    const std::size_t n = dataset_size();
+    if (!options.sampler && !options.batch_sampler) return batches_for(n, options);
+    if (next && next->epoch == next_epoch && next->dataset_size == n) return next->num_batches;
+    if (next && next->issued > 0) return make_plan(next_epoch, n).num_batches;  // in flight
+    next = make_plan(next_epoch, n);
+    return next->num_batches;
   }
 
   void ensure_ring() {
@@ -424,6 +467,7 @@ struct LoaderCore::Impl {
     header.plan = plan.id;
     header.batch = k;
     header.epoch = plan.epoch;
+    header.seed = options.seed;
     header.num_indices = indices.size();
     header.status = SlotStatus::kEmpty;
     std::memcpy(ring().indices(s), indices.data(), indices.size_bytes());
@@ -990,9 +1034,7 @@ LoaderCore::~LoaderCore() = default;
 
 const LoaderOptions& LoaderCore::options() const noexcept { return impl_->options; }
 
-std::size_t LoaderCore::num_batches() const {
-  return batches_for(impl_->dataset_size(), impl_->options);
-}
+std::size_t LoaderCore::num_batches() const { return impl_->next_num_batches(); }
 
 void LoaderCore::set_epoch(std::uint64_t epoch) noexcept { impl_->next_epoch = epoch; }
 

@@ -36,6 +36,24 @@ void validate(const LoaderOptions& o) {
         "(batch_size) already take {}; raise max_batch_bytes",
         o.max_batch_bytes, o.batch_size, layout));
   }
+  if (o.batch_sampler) {
+    const char* conflict = o.batch_size != 1 ? "batch_size"
+                           : o.shuffle       ? "shuffle"
+                           : o.sampler       ? "sampler"
+                           : o.drop_last     ? "drop_last"
+                                             : nullptr;
+    if (conflict != nullptr) {
+      throw std::invalid_argument(fmt::format(
+          "LoaderOptions::batch_sampler decides the batches, so it cannot be combined with {}: "
+          "leave batch_size = 1, shuffle = false, drop_last = false and sampler empty",
+          conflict));
+    }
+  }
+  if (o.sampler && o.shuffle) {
+    throw std::invalid_argument(
+        "LoaderOptions::sampler decides the order, so it cannot be combined with shuffle: set "
+        "shuffle = false (or give a RandomSampler)");
+  }
   if (o.max_batches_per_worker > 0 && o.num_workers == 0) {
     throw std::invalid_argument(
         "LoaderOptions::max_batches_per_worker needs num_workers > 0 (there is no worker to "

@@ -135,6 +135,7 @@ struct SlotHeader {
   std::uint64_t plan;   // which epoch plan this batch belongs to (stale ones are dropped)
   std::uint64_t batch;  // position in the epoch
   std::uint64_t epoch;
+  std::uint64_t seed;         // LoaderOptions::seed: with epoch and index, seeds sample_rng()
   std::uint64_t num_indices;  // uint64 indices follow the header
   // Written by the loading process before it pushes the result; the main process reads them
   // after its acquire pop of the result.

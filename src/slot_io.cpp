@@ -7,6 +7,7 @@
 
 #include "crash_report.hpp"
 #include "format.hpp"
+#include "random_state.hpp"
 #include "stoker/errors.hpp"
 
 namespace stoker::detail {
@@ -79,6 +80,7 @@ void SlotWriter::begin_collate() noexcept {
   where_ = "collate";
   // An error or a crash from here on is in the collate, not in any one sample's get().
   sample_ = kNoSample;
+  end_sample_rng();
   if (channel_ != nullptr) channel_->current_sample.store(kNoSample, std::memory_order_relaxed);
   if (skipped_.empty()) return;
   // Kept indices first, in batch order, then the skipped ones: main reads both.
@@ -136,6 +138,7 @@ Tensor SlotWriter::alloc(std::string_view name, DType dtype, const Shape& shape)
 void SlotWriter::begin_sample(std::size_t index) {
   sample_ = index;
   ++position_;
+  begin_sample_rng(header_.seed, header_.epoch, index);
   if (channel_ != nullptr) {
     channel_->current_sample.store(index, std::memory_order_relaxed);
     // Relaxed: main's stop request needs no ordering, only to be seen soon.
@@ -224,6 +227,7 @@ LoadOutcome load_batch(const Ring& ring, SlotMemory& memory, std::size_t s, Chan
     if (error != nullptr) *error = std::current_exception();
     outcome = LoadOutcome::kError;
   }
+  end_sample_rng();
   if (channel != nullptr) {
     channel->current_sample.store(kNoSample, std::memory_order_relaxed);
     channel->current_batch.store(0, std::memory_order_relaxed);

@@ -6,8 +6,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 #include "stoker/collate.hpp"
+#include "stoker/sampler.hpp"
 
 namespace stoker {
 
@@ -32,8 +34,13 @@ struct LoaderOptions {
   bool persistent_workers = false;  // keep workers (and their prefetch) across epochs
   bool in_order = true;             // deliver batches in order; false: whichever is ready first
   std::chrono::milliseconds timeout{0};  // longest wait for one batch; 0 waits forever
-  std::uint64_t seed = 0;                // shuffle order and WorkerInfo::seed derive from it
-  CollateFn collate;                     // empty: stack every field (StackCollator)
+  std::uint64_t seed = 0;  // shuffle order, sample_rng() and WorkerInfo::seed derive from it
+  // The epoch's indices come from `sampler` (then shuffle must be false), or its batches from
+  // `batch_sampler` (then batch_size must stay 1, shuffle and drop_last false, sampler null),
+  // as in PyTorch. The loader passes each its epoch number.
+  std::shared_ptr<Sampler> sampler;
+  std::shared_ptr<BatchSamplerBase> batch_sampler;
+  CollateFn collate;  // empty: stack every field (StackCollator)
   std::function<void(std::size_t worker_id)> worker_init;  // runs first in each worker
   // The size of a batch slot: it holds a header (~4 KiB), the batch's indices, its fields and
   // their description. Address space is reserved for every slot; memory is committed only as
