@@ -112,17 +112,30 @@ struct Plan {
   // Batch k is order[offsets[k] .. offsets[k + 1]); empty when every batch has batch_size
   // samples but the last (no batch sampler).
   std::vector<std::size_t> offsets;
-  std::size_t issued = 0;     // batches 0..issued-1 have been issued (INV-ORDER-1)
-  std::size_t delivered = 0;  // batches handed out, or reported as errors
+  // Iterable datasets: no indices and no known length. Batch k goes to worker k mod W (in
+  // order); a worker whose stream ended is `exhausted` and gets no more batches, and batches
+  // k >= last_issued[w] of an exhausted worker w are void (skipped in the order).
+  bool iterable = false;
+  std::vector<std::uint8_t> exhausted;     // per worker id
+  std::vector<std::uint64_t> last_issued;  // per worker id: highest batch given + 1
+  std::size_t issued = 0;                  // batches 0..issued-1 have been issued (INV-ORDER-1)
+  std::size_t delivered = 0;               // batches handed out, or reported as errors
   std::size_t next_in_order = 0;
 
   std::span<const std::size_t> batch(std::size_t k) const noexcept {
+    if (iterable) return {};
     if (!offsets.empty()) return {order.data() + offsets[k], offsets[k + 1] - offsets[k]};
     const std::size_t begin = k * batch_size;
     return {order.data() + begin, std::min(batch_size, order.size() - begin)};
   }
-  bool fully_issued() const noexcept { return issued == num_batches; }
-  bool done() const noexcept { return delivered == num_batches; }
+  bool all_exhausted() const noexcept {
+    for (const std::uint8_t e : exhausted) {
+      if (e == 0) return false;
+    }
+    return true;
+  }
+  bool fully_issued() const noexcept { return iterable ? all_exhausted() : issued == num_batches; }
+  bool has_batches() const noexcept { return iterable || num_batches > 0; }
 };
 
 std::size_t batches_for(std::size_t n, const LoaderOptions& o) noexcept {
@@ -147,6 +160,7 @@ struct LoaderCore::Impl {
   std::function<std::size_t()> dataset_size;
   ProduceFn produce;
   std::size_t num_workers;
+  bool iterable;  // the dataset is a stream (next()), not size() and get(i)
   std::uint64_t next_epoch = 0;
   std::uint64_t next_plan_id = 1;
 
@@ -182,7 +196,23 @@ struct LoaderCore::Impl {
       : options(std::move(o)),
         dataset_size(std::move(size)),
         produce(std::move(p)),
-        num_workers(static_cast<std::size_t>(options.num_workers)) {}
+        num_workers(static_cast<std::size_t>(options.num_workers)),
+        iterable(!dataset_size) {
+    if (!iterable) return;
+    const char* conflict = options.sampler                                   ? "sampler"
+                           : options.batch_sampler                           ? "batch_sampler"
+                           : options.shuffle                                 ? "shuffle"
+                           : options.on_worker_crash != OnWorkerCrash::kFail ? "on_worker_crash"
+                           : options.max_batches_per_worker != 0 ? "max_batches_per_worker"
+                                                                 : nullptr;
+    if (conflict != nullptr) {
+      throw std::invalid_argument(fmt::format(
+          "LoaderOptions::{} does not apply to an iterable dataset: its samples have no "
+          "indices to order, and a worker's place in its stream cannot be moved to a new "
+          "process; shard and shuffle inside the dataset instead",
+          conflict));
+    }
+  }
 
   ~Impl() { stop_workers(); }
 
@@ -200,6 +230,12 @@ struct LoaderCore::Impl {
     plan.epoch = epoch;
     plan.dataset_size = n;
     plan.batch_size = options.batch_size;
+    if (iterable) {
+      plan.iterable = true;
+      plan.exhausted.assign(std::max<std::size_t>(num_workers, 1), 0);
+      plan.last_issued.assign(plan.exhausted.size(), 0);
+      return plan;
+    }
     if (options.batch_sampler) {
       const std::vector<std::vector<std::size_t>> batches = options.batch_sampler->batches(epoch);
       plan.offsets.reserve(batches.size() + 1);
@@ -234,6 +270,7 @@ struct LoaderCore::Impl {
   // Batches of epoch next_epoch. With a sampler that is only known by asking it: the plan is
   // made then and kept for begin().
   std::size_t next_num_batches() {
+    if (iterable) throw std::logic_error("DataLoader: an iterable dataset has no length");
     const std::size_t n = dataset_size();
     if (!options.sampler && !options.batch_sampler) return batches_for(n, options);
     if (next && next->epoch == next_epoch && next->dataset_size == n) return next->num_batches;
@@ -380,11 +417,11 @@ struct LoaderCore::Impl {
   void begin_epoch() {
     abandon_current();
     const std::uint64_t epoch = next_epoch;
-    const std::size_t n = dataset_size();
+    const std::size_t n = iterable ? 0 : dataset_size();
     current = next && next->epoch == epoch && next->dataset_size == n ? std::move(*next)
                                                                       : make_plan(epoch, n);
     next.reset();
-    if (current->num_batches > 0) {
+    if (current->has_batches()) {
       try {
         ensure_ring();
         drop_stale_ready();  // keeps what was prefetched for this plan, now current
@@ -492,7 +529,7 @@ struct LoaderCore::Impl {
     if (!next) {
       const std::uint64_t epoch = current ? current->epoch + 1 : next_epoch;
       if (epoch != next_epoch) return nullptr;  // set_epoch() chose another epoch
-      next = make_plan(epoch, dataset_size());
+      next = make_plan(epoch, iterable ? 0 : dataset_size());
     }
     return next->fully_issued() ? nullptr : &*next;
   }
@@ -533,7 +570,7 @@ struct LoaderCore::Impl {
     }
   }
 
-  std::optional<std::size_t> channel_for(std::size_t k) {
+  std::optional<std::size_t> channel_for(const Plan& plan, std::size_t k) {
     if (options.in_order) {
       // INV-ORDER-1: batch k belongs to worker k mod num_workers.
       const std::size_t p = k % num_workers;
@@ -544,6 +581,7 @@ struct LoaderCore::Impl {
     // Whichever worker has a free slot and the least work queued, so a slow worker gets less.
     std::optional<std::size_t> best;
     for (std::size_t p = 0; p < num_workers; ++p) {
+      if (plan.iterable && plan.exhausted[p] != 0) continue;
       maybe_recycle(p);
       const std::size_t c = position_channel[p];
       if (free_slot(c) && (!best || channels[c].outstanding < channels[*best].outstanding)) {
@@ -557,9 +595,14 @@ struct LoaderCore::Impl {
     if (num_workers == 0 || running_workers() == 0) return;
     for (Plan* plan = plan_to_issue(); plan != nullptr; plan = plan_to_issue()) {
       const std::size_t k = plan->issued;
-      const std::optional<std::size_t> c = channel_for(k);
+      if (plan->iterable && options.in_order && plan->exhausted[k % num_workers] != 0) {
+        ++plan->issued;  // a void batch: that worker's stream has ended
+        continue;
+      }
+      const std::optional<std::size_t> c = channel_for(*plan, k);
       if (!c) return;
       send_task(*c, *free_slot(*c), *plan, k);
+      if (plan->iterable) plan->last_issued[channels[*c].position] = k + 1;
       ++plan->issued;
     }
   }
@@ -580,6 +623,32 @@ struct LoaderCore::Impl {
       }
     }
     return any;
+  }
+
+  // In order, over an iterable dataset: steps past batches that will never come because
+  // their worker's stream ended before they were given out.
+  void skip_void_batches() noexcept {
+    Plan& plan = *current;
+    if (!plan.iterable || !(options.in_order || num_workers == 0)) return;
+    const std::size_t workers = plan.exhausted.size();
+    while (plan.next_in_order < plan.issued) {
+      const std::size_t w = plan.next_in_order % workers;
+      if (plan.exhausted[w] == 0 || plan.next_in_order < plan.last_issued[w]) return;
+      ++plan.next_in_order;
+    }
+  }
+
+  // Whether the epoch has delivered everything it will.
+  bool epoch_done() const noexcept {
+    const Plan& plan = *current;
+    if (!plan.iterable) return plan.delivered == plan.num_batches;
+    if (!plan.all_exhausted()) return false;
+    for (const SlotState& slot : slots) {
+      if (slot.plan == plan.id && (slot.phase == Phase::kIssued || slot.phase == Phase::kReady)) {
+        return false;
+      }
+    }
+    return true;
   }
 
   std::optional<std::size_t> deliverable() const noexcept {
@@ -622,15 +691,19 @@ struct LoaderCore::Impl {
       throw_batch_error(s, header.error, k);
     }
     const std::span<const std::size_t> expected = plan.batch(k);
-    if (header.num_indices != expected.size() || header.num_kept > header.num_indices ||
-        header.plan != plan.id || header.batch != k) {
+    if (header.num_indices != expected.size() ||
+        (!plan.iterable && header.num_kept > header.num_indices) || header.plan != plan.id ||
+        header.batch != k) {
       state.phase = Phase::kFree;
       throw Error(fmt::format(
           "DataLoader: the header of batch slot {} was overwritten (batch {} of epoch {}); "
           "something wrote outside its batch, most likely memory corruption in user code",
           s, k, plan.epoch));
     }
-    if (header.num_kept < header.num_indices) note_skipped(s, k);
+    if (plan.iterable && header.exhausted != 0) {
+      plan.exhausted[num_workers == 0 ? 0 : channels[ring().channel_of(s)].position] = 1;
+    }
+    if (header.num_skipped != 0) note_skipped(s, k);
     if (header.num_kept == 0) {
       state.phase = Phase::kFree;
       return std::nullopt;
@@ -640,15 +713,16 @@ struct LoaderCore::Impl {
     auto lease = std::make_shared<SlotLease>(shared, s);
     std::vector<Field> fields = read_fields(ring(), s, lease);
     const std::span<const std::size_t> indices(
-        reinterpret_cast<const std::size_t*>(ring().indices(s)), header.num_kept);
-    return Batch(std::move(fields), indices, plan.epoch, k, std::move(lease));
+        reinterpret_cast<const std::size_t*>(ring().indices(s)),
+        plan.iterable ? 0 : header.num_kept);
+    return Batch(std::move(fields), indices, plan.epoch, k, std::move(lease), header.num_kept);
   }
 
   // Counts a batch's skipped samples; past max_skipped_samples, raises the last one's error.
   void note_skipped(std::size_t s, std::uint64_t k) {
     const SlotHeader& header = ring().header(s);
-    const std::size_t skipped = header.num_indices - header.num_kept;
-    skipped_this_epoch += skipped;
+    skipped_this_epoch += header.num_skipped;
+    // A map-style batch's skipped indices follow its kept ones; an iterable one has none.
     const std::uint64_t* idx = ring().indices(s);
     for (std::size_t i = header.num_kept; i < header.num_indices; ++i) {
       stats.skipped_indices.push_back(idx[i]);
@@ -666,6 +740,7 @@ struct LoaderCore::Impl {
       for (std::size_t i = header.num_kept; i < header.num_indices; ++i) {
         list += (list.empty() ? "" : ", ") + std::to_string(idx[i]);
       }
+      if (list.empty()) list = fmt::format("({} of a stream)", header.num_skipped);
       spdlog::warn("stoker: skipped sample(s) {} of batch {}: {}: {} ({} skipped this epoch)", list,
                    k, header.skipped.type_name, header.skipped.message, skipped_this_epoch);
     } catch (...) {
@@ -992,8 +1067,7 @@ struct LoaderCore::Impl {
   }
 
   std::optional<Batch> fetch_batch(Clock::time_point start) {
-    Plan& plan = *current;
-    if (plan.num_batches == 0) {
+    if (!current->has_batches()) {
       current.reset();
       return std::nullopt;
     }
@@ -1005,13 +1079,14 @@ struct LoaderCore::Impl {
       collect();
       reclaim();
       issue();
+      skip_void_batches();
       if (const std::optional<std::size_t> s = deliverable()) {
         std::optional<Batch> batch = deliver(*s);
         if (!batch) continue;  // every sample of it was skipped
         issue();  // refill the slot the consumer just freed, before it starts computing
         return batch;
       }
-      if (plan.done()) {
+      if (epoch_done()) {
         current.reset();
         if (!options.persistent_workers) stop_workers();
         return std::nullopt;

@@ -146,7 +146,9 @@ struct SlotHeader {
   ErrorReport error;  // status == kError
   // OnSampleError::kSkip: the indices are reordered so the kept ones come first, in batch
   // order, and the skipped ones follow; `skipped` describes the first skipped sample.
-  std::uint64_t num_kept;
+  std::uint64_t num_kept;     // rows of the batch (iterable datasets: there are no indices)
+  std::uint32_t exhausted;    // iterable datasets: the worker's stream ended in this batch
+  std::uint32_t num_skipped;  // samples skipped (OnSampleError::kSkip)
   ErrorReport skipped;
   // Bytes from the slot's start that some process has backed with memory (grows only, by CAS:
   // main backs the indices, the loading process the payload). Read for memory accounting.

@@ -61,12 +61,14 @@ std::size_t Sample::nbytes() const noexcept {
 }
 
 Batch::Batch(std::vector<Field> fields, std::span<const std::size_t> indices, std::uint64_t epoch,
-             std::uint64_t index, std::shared_ptr<const void> keeper)
+             std::uint64_t index, std::shared_ptr<const void> keeper,
+             std::optional<std::size_t> rows)
     : fields_(std::move(fields)),
       indices_(indices),
       keeper_(std::move(keeper)),
       epoch_(epoch),
-      index_(index) {}
+      index_(index),
+      rows_(rows.value_or(indices.size())) {}
 
 const Tensor& Batch::operator[](std::string_view name) const {
   if (const Tensor* t = find(name)) return *t;
@@ -100,7 +102,7 @@ Batch Batch::clone() const {
   fields.reserve(fields_.size());
   for (const Field& field : fields_) fields.emplace_back(field.first, field.second.clone());
   const std::span<const std::size_t> indices(owned->indices);
-  return Batch(std::move(fields), indices, epoch_, index_, std::move(owned));
+  return Batch(std::move(fields), indices, epoch_, index_, std::move(owned), rows_);
 }
 
 }  // namespace stoker

@@ -9,6 +9,7 @@
 #include "format.hpp"
 #include "random_state.hpp"
 #include "stoker/errors.hpp"
+#include "stoker/worker_info.hpp"
 
 namespace stoker::detail {
 namespace {
@@ -49,8 +50,11 @@ SlotWriter::SlotWriter(const Ring& ring, SlotMemory& memory, std::size_t slot, C
       header_(ring.header(slot)),
       indices_(reinterpret_cast<const std::size_t*>(ring.indices(slot)), header_.num_indices),
       cursor_(Ring::payload_start(header_.num_indices)),
+      rows_(header_.num_indices),
       skip_samples_(skip_samples) {
   header_.num_kept = header_.num_indices;
+  header_.exhausted = 0;
+  header_.num_skipped = 0;
   if (skip_samples_) {
     skipped_.reserve(indices_.size());
     scratch_.reserve(indices_.size());
@@ -73,11 +77,37 @@ void SlotWriter::skip_sample() noexcept {
     }
     header_.skipped.set(sample_, header_.batch, where_, type, what);
   }
-  skipped_.push_back(position_ - 1);  // reserved in the constructor: cannot allocate
+  ++header_.num_skipped;
+  try {
+    skipped_.push_back(position_ - 1);  // reserved for map-style batches: cannot allocate
+  } catch (...) {
+    // An iterable batch has no indices to reorder: its skipped positions are not needed.
+  }
 }
 
-void SlotWriter::begin_collate() noexcept {
+void SlotWriter::begin_stream_sample() {
+  // An iterable dataset's samples have no index: sample_rng() is seeded from the worker and
+  // its position in the stream this epoch.
+  static std::uint64_t stream_epoch = ~std::uint64_t{0};
+  static std::uint64_t stream_position = 0;
+  if (stream_epoch != header_.epoch) {
+    stream_epoch = header_.epoch;
+    stream_position = 0;
+  }
+  const WorkerInfo* info = worker_info();
+  const std::uint64_t worker = info == nullptr ? 0 : info->id;
+  sample_ = kNoSample;
+  ++position_;
+  begin_sample_rng(header_.seed, header_.epoch, (worker << 40) | stream_position++);
+  if (channel_ != nullptr && channel_->stop_requested.load(std::memory_order_relaxed) != 0) {
+    throw Cancelled{};
+  }
+}
+
+void SlotWriter::begin_collate(std::size_t rows) noexcept {
   where_ = "collate";
+  rows_ = rows;
+  header_.num_kept = rows;
   // An error or a crash from here on is in the collate, not in any one sample's get().
   sample_ = kNoSample;
   end_sample_rng();
@@ -97,7 +127,6 @@ void SlotWriter::begin_collate() noexcept {
     }
   }
   for (std::size_t i = 0; i < scratch_.size(); ++i) indices[kept + i] = scratch_[i];
-  header_.num_kept = kept;
   indices_ = std::span<const std::size_t>(reinterpret_cast<const std::size_t*>(indices), kept);
 }
 

@@ -32,9 +32,12 @@ class SlotWriter final : public BatchSink {
 
   Tensor alloc(std::string_view name, DType dtype, const Shape& shape) override;
   std::span<const std::size_t> indices() const noexcept override { return indices_; }
+  std::size_t batch_size() const noexcept override { return rows_; }
   std::uint64_t epoch() const noexcept override { return header_.epoch; }
   void begin_sample(std::size_t index) override;
-  void begin_collate() noexcept override;
+  void begin_stream_sample() override;
+  void mark_exhausted() noexcept override { header_.exhausted = 1; }
+  void begin_collate(std::size_t rows) noexcept override;
   bool skips_samples() const noexcept override { return skip_samples_; }
   void skip_sample() noexcept override;
 
@@ -59,6 +62,7 @@ class SlotWriter final : public BatchSink {
   std::span<const std::size_t> indices_;
   std::vector<FieldRecord> fields_;
   std::size_t cursor_;
+  std::size_t rows_;
   std::uint64_t sample_ = kNoSample;
   std::size_t position_ = 0;  // begin_sample() calls so far: the current sample is position_ - 1
   const char* where_ = "get()";

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -21,8 +22,11 @@ class Batch {
   Batch() = default;
   // Assembles a batch. `keeper` owns the memory that `indices` and the tensors' views point
   // into; a Batch made this way keeps it alive. Used by the loader and by user code in tests.
+  // `rows` is the number of samples; it defaults to indices.size() (a batch of an iterable
+  // dataset has rows but no indices).
   Batch(std::vector<Field> fields, std::span<const std::size_t> indices, std::uint64_t epoch,
-        std::uint64_t index, std::shared_ptr<const void> keeper);
+        std::uint64_t index, std::shared_ptr<const void> keeper,
+        std::optional<std::size_t> rows = std::nullopt);
 
   // The stacked field `name`, shape [size(), ...]. Throws std::out_of_range naming the fields.
   const Tensor& operator[](std::string_view name) const;
@@ -33,8 +37,8 @@ class Batch {
   std::vector<Field>::const_iterator end() const noexcept { return fields_.end(); }
 
   // Number of samples.
-  std::size_t size() const noexcept { return indices_.size(); }
-  // The dataset indices of the samples, in batch order.
+  std::size_t size() const noexcept { return rows_; }
+  // The dataset indices of the samples, in batch order (empty for an iterable dataset).
   std::span<const std::size_t> indices() const noexcept { return indices_; }
   // The epoch this batch belongs to, and its position in that epoch (0-based).
   std::uint64_t epoch() const noexcept { return epoch_; }
@@ -54,6 +58,7 @@ class Batch {
   std::shared_ptr<const void> keeper_;
   std::uint64_t epoch_ = 0;
   std::uint64_t index_ = 0;
+  std::size_t rows_ = 0;
 };
 
 }  // namespace stoker

@@ -29,9 +29,11 @@ class BatchBuilder {
   // exceed LoaderOptions::max_batch_bytes or shared memory cannot be backed.
   virtual Tensor alloc(std::string_view name, DType dtype, const Shape& shape) = 0;
 
-  // Dataset indices of the samples of this batch, in batch order.
+  // Dataset indices of the samples of this batch, in batch order (empty for an iterable
+  // dataset, whose samples have no index).
   virtual std::span<const std::size_t> indices() const noexcept = 0;
-  std::size_t batch_size() const noexcept { return indices().size(); }
+  // Number of samples in this batch.
+  virtual std::size_t batch_size() const noexcept = 0;
   virtual std::uint64_t epoch() const noexcept = 0;
 };
 

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -70,9 +71,10 @@ class BatchIterator {
 
 template <class D>
 class DataLoader {
-  static_assert(MapDataset<D>,
+  static_assert(MapDataset<D> || IterableDataset<D>,
                 "stoker::DataLoader<D>: D must be a map-style dataset, with "
-                "`std::size_t size() const` and `stoker::Sample get(std::size_t index)`");
+                "`std::size_t size() const` and `stoker::Sample get(std::size_t index)`, or an "
+                "iterable one, with `std::optional<stoker::Sample> next()`");
 
  public:
   using iterator = BatchIterator;
@@ -82,12 +84,22 @@ class DataLoader {
   explicit DataLoader(D dataset, LoaderOptions options = {})
       : dataset_(std::make_unique<D>(std::move(dataset))) {
     D* ds = dataset_.get();
-    detail::ProduceFn produce = [ds, collate = options.collate](detail::BatchSink& out) {
-      produce_batch(*ds, collate, out);
-    };
-    core_ = std::make_unique<detail::LoaderCore>(
-        std::move(options), [ds] { return static_cast<std::size_t>(ds->size()); },
-        std::move(produce));
+    detail::ProduceFn produce;
+    std::function<std::size_t()> size;
+    if constexpr (MapDataset<D>) {
+      produce = [ds, collate = options.collate](detail::BatchSink& out) {
+        produce_batch(*ds, collate, out);
+      };
+      size = [ds] { return static_cast<std::size_t>(ds->size()); };
+    } else {
+      produce = [ds, collate = options.collate, batch_size = options.batch_size,
+                 drop_last = options.drop_last,
+                 started = ~std::uint64_t{0}](detail::BatchSink& out) mutable {
+        produce_stream(*ds, collate, batch_size, drop_last, started, out);
+      };
+    }
+    core_ = std::make_unique<detail::LoaderCore>(std::move(options), std::move(size),
+                                                 std::move(produce));
   }
 
   // Starts an epoch: batches of epoch epoch() (then the epoch advances by one unless
@@ -95,8 +107,13 @@ class DataLoader {
   BatchIterator begin() { return core_->begin(); }
   std::default_sentinel_t end() const noexcept { return std::default_sentinel; }
 
-  // Batches per epoch.
-  std::size_t size() const { return core_->num_batches(); }
+  // Batches per epoch. Map-style datasets only: an iterable dataset has no length.
+  std::size_t size() const {
+    static_assert(MapDataset<D>,
+                  "DataLoader::size(): an iterable dataset has no length (its workers stop "
+                  "when their streams end); count the batches as they arrive");
+    return core_->num_batches();
+  }
   // The epoch the next begin() runs; its shuffle order depends only on (seed, epoch).
   void set_epoch(std::uint64_t epoch) noexcept { core_->set_epoch(epoch); }
   std::uint64_t epoch() const noexcept { return core_->epoch(); }
@@ -136,8 +153,50 @@ class DataLoader {
         out.skip_sample();
       }
     }
-    out.begin_collate();
+    out.begin_collate(samples.size());
     if (samples.empty()) return;  // every sample was skipped: the batch is not delivered
+    if (collate) {
+      collate(std::span<const Sample>(samples), out);
+    } else {
+      collate_stack(samples, out);
+    }
+  }
+
+  // An iterable dataset's batch: up to batch_size samples from this process's stream.
+  static void produce_stream(D& ds, const CollateFn& collate, std::size_t batch_size,
+                             bool drop_last, std::uint64_t& started, detail::BatchSink& out) {
+    if constexpr (RestartableDataset<D>) {
+      if (started != out.epoch()) {
+        ds.start_epoch(out.epoch());
+        started = out.epoch();
+      }
+    }
+    std::vector<Sample> samples;
+    samples.reserve(batch_size);
+    std::size_t skipped = 0;
+    while (samples.size() < batch_size) {
+      out.begin_stream_sample();
+      std::optional<Sample> sample;
+      if (!out.skips_samples() || skipped >= batch_size) {
+        sample = ds.next();  // past batch_size failures in one batch, the error is raised
+      } else {
+        try {
+          sample = ds.next();
+        } catch (...) {
+          out.skip_sample();
+          ++skipped;
+          continue;
+        }
+      }
+      if (!sample) {
+        out.mark_exhausted();
+        break;
+      }
+      samples.push_back(std::move(*sample));
+    }
+    if (drop_last && samples.size() < batch_size) samples.clear();
+    out.begin_collate(samples.size());
+    if (samples.empty()) return;  // nothing to deliver from this batch
     if (collate) {
       collate(std::span<const Sample>(samples), out);
     } else {

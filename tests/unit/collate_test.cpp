@@ -42,6 +42,7 @@ class HeapBatchBuilder final : public BatchBuilder {
     return t;
   }
   std::span<const std::size_t> indices() const noexcept override { return indices_; }
+  std::size_t batch_size() const noexcept override { return indices_.size(); }
   std::uint64_t epoch() const noexcept override { return epoch_; }
 
   const std::vector<Field>& fields() const { return fields_; }

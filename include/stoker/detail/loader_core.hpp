@@ -28,9 +28,13 @@ class BatchSink : public BatchBuilder {
   // Called before loading each sample, so a crash or an exception can name it. Throws an
   // internal exception when the loader asked the worker to stop: let it propagate.
   virtual void begin_sample(std::size_t index) = 0;
-  // Called once the samples are loaded, before a collate that receives them all. From then on
-  // indices() lists only the samples that were kept.
-  virtual void begin_collate() noexcept = 0;
+  // Iterable datasets: called before each next(); the sample has no index.
+  virtual void begin_stream_sample() = 0;
+  // Iterable datasets: the stream ended (next() returned nullopt).
+  virtual void mark_exhausted() noexcept = 0;
+  // Called once the samples are loaded, before a collate that receives them all: `rows` of
+  // them. From then on batch_size() is rows, and indices() lists only the samples kept.
+  virtual void begin_collate(std::size_t rows) noexcept = 0;
   // True when a sample whose get() throws is to be dropped (OnSampleError::kSkip).
   virtual bool skips_samples() const noexcept = 0;
   // Inside a catch block around get(): drops the current sample and records why.
@@ -42,6 +46,7 @@ using ProduceFn = std::function<void(BatchSink&)>;
 class LoaderCore {
  public:
   // Main process. Validates the options (std::invalid_argument). Forks nothing yet.
+  // `dataset_size` is empty for an iterable dataset.
   LoaderCore(LoaderOptions options, std::function<std::size_t()> dataset_size, ProduceFn produce);
   // Stops and reaps every worker (bounded: stop message, SIGTERM, SIGKILL). Never throws.
   ~LoaderCore();
