@@ -68,4 +68,11 @@ class StackCollator {
 // The default collate as a CollateFn, for composing with user code.
 void collate_stack(std::span<const Sample> samples, BatchBuilder& out);
 
+// A collate for fields whose first dimension varies between samples (token sequences, boxes):
+// each field named in `ragged_fields` becomes "<name>", the rows' values one after another
+// (shape [total, ...]), and "<name>.offsets", int64[B + 1], where row r is
+// values[offsets[r] .. offsets[r + 1]). The other fields are stacked. Throws CollateError when
+// a ragged field's other dimensions or dtype differ between samples, or it is a scalar.
+CollateFn collate_ragged(std::vector<std::string> ragged_fields);
+
 }  // namespace stoker
