@@ -522,10 +522,12 @@ struct LoaderCore::Impl {
   }
 
   // The plan whose batches are issued next: the current epoch's, then (persistent workers)
-  // the following epoch's, so a new epoch's first batches are ready when it starts.
+  // the following epoch's, so a new epoch's first batches are ready when it starts. Only when
+  // the order depends on (seed, epoch) alone: a user's sampler is asked at begin(), as its
+  // interface promises, since it may change between epochs.
   Plan* plan_to_issue() {
     if (current && !current->fully_issued()) return &*current;
-    if (!options.persistent_workers) return nullptr;
+    if (!options.persistent_workers || options.sampler || options.batch_sampler) return nullptr;
     if (!next) {
       const std::uint64_t epoch = current ? current->epoch + 1 : next_epoch;
       if (epoch != next_epoch) return nullptr;  // set_epoch() chose another epoch

@@ -64,17 +64,23 @@ WeightedRandomSampler::WeightedRandomSampler(std::vector<double> weights, std::s
   if (num_samples_ == 0) {
     throw std::invalid_argument("WeightedRandomSampler: num_samples must be at least 1");
   }
-  double total = 0;
+  double largest = 0;
   std::size_t positive = 0;
-  cumulative_.reserve(weights_.size());
   for (std::size_t i = 0; i < weights_.size(); ++i) {
     const double w = weights_[i];
     if (!std::isfinite(w) || w < 0) {
       throw std::invalid_argument(fmt::format(
           "WeightedRandomSampler: weight {} is {}; weights must be finite and >= 0", i, w));
     }
-    total += w;
+    largest = std::max(largest, w);
     positive += w > 0 ? 1 : 0;
+  }
+  // Cumulative sums of the weights scaled to at most 1, so they cannot overflow however
+  // large the weights are.
+  double total = 0;
+  cumulative_.reserve(weights_.size());
+  for (const double w : weights_) {
+    total += largest > 0 ? w / largest : 0;
     cumulative_.push_back(total);
   }
   if (positive == 0) {

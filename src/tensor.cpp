@@ -152,6 +152,22 @@ Tensor Tensor::clone() const {
   return t;
 }
 
+Tensor Tensor::row(std::size_t i) const {
+  if (dim() == 0) throw std::invalid_argument("Tensor::row: a scalar has no rows");
+  if (i >= static_cast<std::size_t>(shape_[0])) {
+    throw std::out_of_range(
+        fmt::format("Tensor::row: row {} of a tensor of shape {}", i, shape_.to_string()));
+  }
+  Tensor t;
+  t.shape_ = Shape(shape_.dims().subspan(1));
+  t.dtype_ = dtype_;
+  t.nbytes_ = t.shape_.numel() * dtype_size(dtype_);
+  t.data_ = data_ + i * t.nbytes_;
+  t.owner_ = owner_;
+  t.view_ = true;
+  return t;
+}
+
 void Tensor::check_dtype(DType requested) const {
   if (requested != dtype_) {
     throw std::invalid_argument(fmt::format(

@@ -12,4 +12,5 @@
 #include "stoker/sampler.hpp"
 #include "stoker/stats.hpp"
 #include "stoker/tensor.hpp"
+#include "stoker/tensor_dataset.hpp"
 #include "stoker/worker_info.hpp"

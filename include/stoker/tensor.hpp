@@ -197,6 +197,10 @@ class Tensor {
 
   // Deep copy into a new owning tensor.
   Tensor clone() const;
+  // Row i along the first dimension, as a view sharing this tensor's memory (and keeping it
+  // alive): shape()[1:]. Throws std::out_of_range for i >= size(0), std::invalid_argument for
+  // a scalar.
+  Tensor row(std::size_t i) const;
 
  private:
   void check_dtype(DType requested) const;
