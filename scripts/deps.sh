@@ -5,6 +5,7 @@
 stoker_required_packages=(
   build-essential cmake pkg-config
   libfmt-dev libspdlog-dev catch2
+  python3-numpy  # tests cross-check .npy files written by NumPy
 )
 
 stoker_install_deps() {

@@ -6,6 +6,7 @@
 #include "stoker/data_loader.hpp"
 #include "stoker/dataset.hpp"
 #include "stoker/errors.hpp"
+#include "stoker/npy_dataset.hpp"
 #include "stoker/options.hpp"
 #include "stoker/random.hpp"
 #include "stoker/sample.hpp"
