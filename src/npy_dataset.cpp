@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "format.hpp"
+#include "mapped_file.hpp"
 #include "posix.hpp"
 
 namespace stoker {
@@ -324,43 +325,16 @@ std::vector<std::byte> make_npy_header(DType dtype, std::span<const std::int64_t
   return out;
 }
 
-// A read-only, shared mapping of a whole file; unmapped when the last sample view is gone.
-struct NpyDataset::Mapping {
-  const std::byte* data = nullptr;
-  std::size_t size = 0;
-  ~Mapping() {
-    if (data != nullptr) ::munmap(const_cast<std::byte*>(data), size);
-  }
-};
-
 NpyDataset::NpyDataset(std::vector<std::pair<std::string, std::string>> field_files) {
   if (field_files.empty()) throw std::invalid_argument("NpyDataset: no files given");
   for (auto& [name, path] : field_files) {
     FieldFile field;
     field.name = name;
     field.path = path;
-    detail::posix::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.valid()) {
-      throw Error(
-          detail::posix::errno_message(fmt::format("NpyDataset: cannot open {}", path), errno));
-    }
-    struct stat st;
-    if (::fstat(fd.get(), &st) != 0) {
-      throw Error(
-          detail::posix::errno_message(fmt::format("NpyDataset: cannot stat {}", path), errno));
-    }
-    const auto file_size = static_cast<std::size_t>(st.st_size);
-    if (file_size == 0) throw NpyFormatError(fmt::format("npy: {}: the file is empty", path));
-    void* data = ::mmap(nullptr, file_size, PROT_READ, MAP_SHARED, fd.get(), 0);
-    if (data == MAP_FAILED) {
-      throw Error(detail::posix::errno_message(
-          fmt::format("NpyDataset: cannot map {} ({})", path, detail::format_bytes(file_size)),
-          errno));
-    }
-    auto mapping = std::make_shared<Mapping>();
-    mapping->data = static_cast<const std::byte*>(data);
-    mapping->size = file_size;
-    field.array = parse_npy_header(std::span<const std::byte>(mapping->data, file_size), path);
+    std::shared_ptr<const detail::MappedFile> mapping =
+        detail::MappedFile::open(path, "NpyDataset");
+    const std::size_t file_size = mapping->size();
+    field.array = parse_npy_header(mapping->bytes(), path);
     const NpyArray& a = field.array;
     if (a.data_bytes > file_size - std::min(file_size, a.data_offset)) {
       throw NpyFormatError(fmt::format(
@@ -401,7 +375,7 @@ Sample NpyDataset::get(std::size_t i) const {
   }
   Sample s;
   for (const FieldFile& field : fields_) {
-    const std::byte* row = field.mapping->data + field.array.data_offset + i * field.sample_bytes;
+    const std::byte* row = field.mapping->data() + field.array.data_offset + i * field.sample_bytes;
     if (!field.array.big_endian) {
       // Read-only memory: the view must not be written to.
       s.set(field.name, Tensor::view(field.array.dtype, field.sample_shape,

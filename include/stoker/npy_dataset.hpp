@@ -19,6 +19,9 @@
 #include "stoker/tensor.hpp"
 
 namespace stoker {
+namespace detail {
+class MappedFile;
+}
 
 // What a .npy header says (format versions 1.0, 2.0 and 3.0).
 struct NpyArray {
@@ -64,8 +67,6 @@ class NpyDataset {
   // The header of a field's file. Throws std::out_of_range for an unknown field.
   const NpyArray& array(std::string_view field) const;
 
-  struct Mapping;
-
  private:
   struct FieldFile {
     std::string name;
@@ -73,7 +74,7 @@ class NpyDataset {
     NpyArray array;
     Shape sample_shape;
     std::size_t sample_bytes = 0;
-    std::shared_ptr<const Mapping> mapping;
+    std::shared_ptr<const detail::MappedFile> mapping;
   };
   std::vector<FieldFile> fields_;
   std::size_t size_ = 0;

@@ -14,4 +14,5 @@
 #include "stoker/stats.hpp"
 #include "stoker/tensor.hpp"
 #include "stoker/tensor_dataset.hpp"
+#include "stoker/token_dataset.hpp"
 #include "stoker/worker_info.hpp"
