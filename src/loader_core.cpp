@@ -507,7 +507,7 @@ struct LoaderCore::Impl {
     header.seed = options.seed;
     header.num_indices = indices.size();
     header.status = SlotStatus::kEmpty;
-    std::memcpy(ring().indices(s), indices.data(), indices.size_bytes());
+    if (!indices.empty()) std::memcpy(ring().indices(s), indices.data(), indices.size_bytes());
     slots[s] = SlotState{Phase::kIssued, plan.id, k};
   }
 

@@ -120,6 +120,12 @@ TEST_CASE("forking from a multi-threaded process warns once", "[hygiene]") {
 }
 
 TEST_CASE("running out of file descriptors is a clear error", "[fault][resources]") {
+#if defined(__SANITIZE_ADDRESS__)
+  // The sanitizers' own runtime needs descriptors (to check memory it reports on), so with
+  // none left it fails before stoker can: this test runs in the normal build only.
+  WARN("skipped under the sanitizers, whose runtime needs file descriptors of its own");
+  return;
+#endif
   const test::ProcessState baseline = test::process_state();
   rlimit saved{};
   REQUIRE(getrlimit(RLIMIT_NOFILE, &saved) == 0);
