@@ -63,12 +63,13 @@ ImageFolderDataset::ImageFolderDataset(const std::string& root, Options options)
     std::vector<std::string> images;
     for (const fs::directory_entry& entry :
          fs::recursive_directory_iterator(fs::path(root) / classes_[label], ec)) {
-      if (entry.is_regular_file() && is_image(entry.path())) images.push_back(entry.path().string());
+      if (entry.is_regular_file() && is_image(entry.path()))
+        images.push_back(entry.path().string());
     }
     if (images.empty()) {
-      throw Error(fmt::format(
-          "ImageFolderDataset: class '{}' ({}/{}) has no .jpg, .jpeg or .png file", classes_[label],
-          root, classes_[label]));
+      throw Error(
+          fmt::format("ImageFolderDataset: class '{}' ({}/{}) has no .jpg, .jpeg or .png file",
+                      classes_[label], root, classes_[label]));
     }
     std::sort(images.begin(), images.end());
     for (std::string& path : images) files_.emplace_back(std::move(path), label);
@@ -94,8 +95,8 @@ thread_local Scratch g_scratch;
 void read_file(const std::string& path, std::vector<unsigned char>& out) {
   detail::posix::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) {
-    throw Error(detail::posix::errno_message(fmt::format("ImageFolderDataset: cannot open {}", path),
-                                             errno));
+    throw Error(detail::posix::errno_message(
+        fmt::format("ImageFolderDataset: cannot open {}", path), errno));
   }
   out.clear();
   std::size_t used = 0;
@@ -129,8 +130,8 @@ std::pair<int, int> decode_jpeg(const std::string& path, Scratch& s, std::int64_
   int height = 0;
   int subsampling = 0;
   int colorspace = 0;
-  if (tjDecompressHeader3(s.jpeg, s.file.data(), static_cast<unsigned long>(s.file.size()),
-                          &width, &height, &subsampling, &colorspace) != 0) {
+  if (tjDecompressHeader3(s.jpeg, s.file.data(), static_cast<unsigned long>(s.file.size()), &width,
+                          &height, &subsampling, &colorspace) != 0) {
     undecodable(path, tjGetErrorStr2(s.jpeg));
   }
   if (width <= 0 || height <= 0) undecodable(path, "empty image");
@@ -209,8 +210,10 @@ void resize_crop(const unsigned char* src, int width, int height, std::int64_t r
     const int ya = static_cast<int>(fy);
     const int yb = std::min(ya + 1, height - 1);
     const auto wy = static_cast<float>(fy - ya);
-    const unsigned char* ra = src + static_cast<std::size_t>(ya) * static_cast<std::size_t>(width) * 3;
-    const unsigned char* rb = src + static_cast<std::size_t>(yb) * static_cast<std::size_t>(width) * 3;
+    const unsigned char* ra =
+        src + static_cast<std::size_t>(ya) * static_cast<std::size_t>(width) * 3;
+    const unsigned char* rb =
+        src + static_cast<std::size_t>(yb) * static_cast<std::size_t>(width) * 3;
     for (std::int64_t x = 0; x < crop; ++x) {
       const auto i = static_cast<std::size_t>(x);
       const std::size_t ox = static_cast<std::size_t>(flip ? crop - 1 - x : x);
@@ -238,9 +241,9 @@ Sample ImageFolderDataset::get(std::size_t i) const {
   const auto& [path, label] = files_[i];
   Scratch& s = g_scratch;
   read_file(path, s.file);
-  const auto [width, height] = looks_like_png(s.file)
-                                   ? decode_png(path, s)
-                                   : decode_jpeg(path, s, options_.resize, options_.fast_jpeg_scaling);
+  const auto [width, height] =
+      looks_like_png(s.file) ? decode_png(path, s)
+                             : decode_jpeg(path, s, options_.resize, options_.fast_jpeg_scaling);
   const bool flip = options_.random_flip && sample_rng().bernoulli(0.5);
   Tensor image = Tensor::empty(DType::kUInt8, {3, options_.crop, options_.crop});
   resize_crop(s.pixels.data(), width, height, options_.resize, options_.crop, flip,

@@ -124,7 +124,16 @@ class DataLoader {
   std::vector<pid_t> worker_pids() const { return core_->worker_pids(); }
   // Main process; never blocks. Counters of the current epoch (or the last one, between
   // epochs): batches, samples, bytes, time waited, skipped samples, respawns.
-  LoaderStats stats() const { return core_->stats(); }
+  LoaderStats stats() const {
+    LoaderStats s = core_->stats();
+    if constexpr (requires(const D& d) { d.cache_stats(); }) {
+      const auto cache = dataset_->cache_stats();
+      s.cache_hits = cache.hits;
+      s.cache_misses = cache.misses;
+      s.cache_bytes = cache.bytes_used;
+    }
+    return s;
+  }
 
  private:
   // Fetch -> collate -> write into the slot: the same code in a worker and in-process.

@@ -41,9 +41,7 @@ class ImageFolderDataset {
 
   const std::vector<std::string>& classes() const noexcept { return classes_; }
   // (path, label) of every image, in index order.
-  const std::vector<std::pair<std::string, std::int64_t>>& files() const noexcept {
-    return files_;
-  }
+  const std::vector<std::pair<std::string, std::int64_t>>& files() const noexcept { return files_; }
   static bool available() noexcept;  // built with libturbojpeg and libpng
 
  private:

@@ -2,10 +2,12 @@
 #pragma once
 
 #include "stoker/batch.hpp"
+#include "stoker/cached_dataset.hpp"
 #include "stoker/collate.hpp"
 #include "stoker/data_loader.hpp"
 #include "stoker/dataset.hpp"
 #include "stoker/errors.hpp"
+#include "stoker/image_folder_dataset.hpp"
 #include "stoker/npy_dataset.hpp"
 #include "stoker/options.hpp"
 #include "stoker/random.hpp"
