@@ -15,6 +15,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "stoker/dlpack.hpp"
+
 namespace stoker {
 
 // Element types. The numbering is part of the shared-memory batch format: append only.
@@ -197,6 +199,14 @@ class Tensor {
 
   // Deep copy into a new owning tensor.
   Tensor clone() const;
+  // DLPack: this tensor for another framework, without a copy. The returned struct owns a
+  // reference to the memory (for a batch view, to its slot, which is not reused until the
+  // deleter runs); the receiver must call its deleter exactly once. to_dlpack() is DLPack 1.x;
+  // to_dlpack_legacy() the pre-1.0 DLManagedTensor that libtorch 1.13 takes. Either process.
+  // Throws std::invalid_argument for an undefined tensor.
+  dlpack::DLManagedTensorVersioned* to_dlpack() const;
+  dlpack::DLManagedTensor* to_dlpack_legacy() const;
+
   // Row i along the first dimension, as a view sharing this tensor's memory (and keeping it
   // alive): shape()[1:]. Throws std::out_of_range for i >= size(0), std::invalid_argument for
   // a scalar.
