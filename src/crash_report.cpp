@@ -137,6 +137,24 @@ std::optional<std::uint64_t> mem_available_bytes(const std::string& root) {
   return static_cast<std::uint64_t>(kb) * 1024;
 }
 
+CaughtException describe_current_exception() noexcept {
+  CaughtException caught;
+  try {
+    caught.type_name = current_exception_type_name();
+    try {
+      throw;
+    } catch (const CollateError& e) {
+      caught.is_collate_error = true;
+      caught.message = e.what();
+    } catch (const std::exception& e) {
+      caught.message = e.what();
+    } catch (...) {
+    }
+  } catch (...) {
+  }
+  return caught;
+}
+
 std::string current_exception_type_name() {
   const std::type_info* type = abi::__cxa_current_exception_type();
   if (type == nullptr) return "unknown exception";

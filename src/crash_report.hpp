@@ -34,4 +34,14 @@ std::optional<std::uint64_t> mem_available_bytes(const std::string& root = "");
 // Inside a catch block: the demangled type of the exception being handled.
 std::string current_exception_type_name();
 
+// Inside a catch block: the exception being handled, as the text that crosses the process
+// boundary. `message` is its what() ("" when it is not a std::exception); `is_collate_error`
+// tells a CollateError. Never throws (out of memory leaves the fields as far as they got).
+struct CaughtException {
+  std::string type_name;
+  std::string message;
+  bool is_collate_error = false;
+};
+CaughtException describe_current_exception() noexcept;
+
 }  // namespace stoker::detail

@@ -63,19 +63,8 @@ SlotWriter::SlotWriter(const Ring& ring, SlotMemory& memory, std::size_t slot, C
 
 void SlotWriter::skip_sample() noexcept {
   if (skipped_.empty()) {
-    std::string type;
-    std::string what;
-    try {
-      type = current_exception_type_name();
-      try {
-        throw;
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-    } catch (...) {
-    }
-    header_.skipped.set(sample_, header_.batch, where_, type, what);
+    const CaughtException caught = describe_current_exception();
+    header_.skipped.set(sample_, header_.batch, where_, caught.type_name, caught.message);
   }
   ++header_.num_skipped;
   try {
@@ -211,24 +200,9 @@ void SlotWriter::finish() {
 }
 
 void SlotWriter::fail_with_current_exception() noexcept {
-  std::string what;
-  std::string type;
-  const char* where = where_;
-  try {
-    type = current_exception_type_name();
-    try {
-      throw;
-    } catch (const CollateError& e) {
-      where = "collate";
-      what = e.what();
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-  } catch (...) {
-    // Out of memory while describing the error: keep what we have.
-  }
-  header_.error.set(sample_, header_.batch, where, type, what);
+  const CaughtException caught = describe_current_exception();
+  header_.error.set(sample_, header_.batch, caught.is_collate_error ? "collate" : where_,
+                    caught.type_name, caught.message);
   header_.status = SlotStatus::kError;
 }
 

@@ -88,19 +88,8 @@ void reset_signals() noexcept {
 }
 
 [[noreturn]] void exit_with_fatal(Channel& channel, const char* where) noexcept {
-  std::string type;
-  std::string what;
-  try {
-    type = current_exception_type_name();
-    try {
-      throw;
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-  } catch (...) {
-  }
-  channel.fatal.set(kNoSample, 0, where, type, what);
+  const CaughtException caught = describe_current_exception();
+  channel.fatal.set(kNoSample, 0, where, caught.type_name, caught.message);
   channel.fatal_valid.store(1, std::memory_order_release);
   ::_exit(kExitFatalReported);
 }
