@@ -148,34 +148,26 @@ TEST_CASE("an exception in get() reaches the consumer and the epoch goes on",
                            if (i == 13) throw test::SampleError("cannot decode sample 13");
                          }};
     DataLoader loader(dataset, options(workers));
-    auto it = loader.begin();
-    std::size_t samples = 0;
     int errors = 0;
-    while (true) {
-      try {
-        if (it == loader.end()) break;
-        samples += it->size();
-        ++it;
-      } catch (const WorkerException& e) {
-        ++errors;
-        REQUIRE(e.type_name() == "stoker::test::SampleError");
-        REQUIRE(e.original_what() == "cannot decode sample 13");
-        REQUIRE(e.sample_index() == std::optional<std::size_t>(13));
-        const std::string what = e.what();
-        REQUIRE_THAT(what, Catch::Contains("stoker::test::SampleError") &&
-                               Catch::Contains("in get()") &&
-                               Catch::Contains("sample 13 of batch 3") &&
-                               Catch::Contains("cannot decode sample 13"));
-        if (workers > 0) {
-          REQUIRE(e.worker_id() == std::optional<std::size_t>(3 % workers));
-          REQUIRE(e.pid() != getpid());
-        } else {
-          REQUIRE_FALSE(e.worker_id().has_value());
-          // In-process, the original exception is nested.
-          REQUIRE_THROWS_AS(std::rethrow_if_nested(e), test::SampleError);
-        }
+    const std::size_t samples = test::drain_epoch(loader, [&](const WorkerException& e) {
+      ++errors;
+      REQUIRE(e.type_name() == "stoker::test::SampleError");
+      REQUIRE(e.original_what() == "cannot decode sample 13");
+      REQUIRE(e.sample_index() == std::optional<std::size_t>(13));
+      const std::string what = e.what();
+      REQUIRE_THAT(what, Catch::Contains("stoker::test::SampleError") &&
+                             Catch::Contains("in get()") &&
+                             Catch::Contains("sample 13 of batch 3") &&
+                             Catch::Contains("cannot decode sample 13"));
+      if (workers > 0) {
+        REQUIRE(e.worker_id() == std::optional<std::size_t>(3 % workers));
+        REQUIRE(e.pid() != getpid());
+      } else {
+        REQUIRE_FALSE(e.worker_id().has_value());
+        // In-process, the original exception is nested.
+        REQUIRE_THROWS_AS(std::rethrow_if_nested(e), test::SampleError);
       }
-    }
+    });
     REQUIRE(errors == 1);
     REQUIRE(samples == 36);  // every batch but the one holding sample 13
     if (workers > 0) REQUIRE(loader.worker_pids().empty());

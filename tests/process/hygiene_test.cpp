@@ -75,22 +75,14 @@ TEST_CASE("an exception in a user collate names the collate", "[fault][exception
     collate_stack(samples, out);
   };
   DataLoader loader(IndexDataset{20, {}}, opt);
-  auto it = loader.begin();
-  std::size_t samples = 0;
   int errors = 0;
-  while (true) {
-    try {
-      if (it == loader.end()) break;
-      samples += it->size();
-      ++it;
-    } catch (const WorkerException& e) {
-      ++errors;
-      REQUIRE(e.type_name() == "std::length_error");
-      REQUIRE(e.details().where == "collate");
-      REQUIRE_THAT(std::string(e.what()), Catch::Contains("in collate while loading batch 2") &&
-                                              Catch::Contains("collate says no"));
-    }
-  }
+  const std::size_t samples = test::drain_epoch(loader, [&](const WorkerException& e) {
+    ++errors;
+    REQUIRE(e.type_name() == "std::length_error");
+    REQUIRE(e.details().where == "collate");
+    REQUIRE_THAT(std::string(e.what()), Catch::Contains("in collate while loading batch 2") &&
+                                            Catch::Contains("collate says no"));
+  });
   REQUIRE(errors == 1);
   REQUIRE(samples == 16);
 }

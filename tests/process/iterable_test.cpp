@@ -207,20 +207,12 @@ TEST_CASE("errors in an iterable dataset: exception, skip, crash", "[iterable][f
       // Worker 0 reads 0, 2, 4, ...: its fifth batch would be 40..48. Item 44 throws after 40
       // and 42 were read, so that batch (40, 42) is lost with it; the stream goes on at 46.
       DataLoader loader(Counter{100, 0, 1, 44, 0, 0}, opt);
-      auto it = loader.begin();
-      std::size_t samples = 0;
       int errors = 0;
-      while (true) {
-        try {
-          if (it == loader.end()) break;
-          samples += it->size();
-          ++it;
-        } catch (const WorkerException& e) {
-          ++errors;
-          REQUIRE(e.original_what() == "bad item 44");
-          REQUIRE(e.worker_id() == std::optional<std::size_t>(0));
-        }
-      }
+      const std::size_t samples = test::drain_epoch(loader, [&](const WorkerException& e) {
+        ++errors;
+        REQUIRE(e.original_what() == "bad item 44");
+        REQUIRE(e.worker_id() == std::optional<std::size_t>(0));
+      });
       REQUIRE(errors == 1);
       REQUIRE(samples == 97);
     }

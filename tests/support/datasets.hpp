@@ -73,6 +73,24 @@ inline void disable_core_dumps() {
   setrlimit(RLIMIT_CORE, &none);
 }
 
+// Runs an epoch through the iterator protocol, the way a program that tolerates bad samples
+// would: each WorkerException goes to `on_error` and the epoch goes on. Returns the samples
+// delivered.
+template <class Loader, class OnError>
+std::size_t drain_epoch(Loader& loader, OnError&& on_error) {
+  auto it = loader.begin();
+  std::size_t samples = 0;
+  for (;;) {
+    try {
+      if (it == loader.end()) return samples;
+      samples += it->size();
+      ++it;
+    } catch (const WorkerException& e) {
+      on_error(e);
+    }
+  }
+}
+
 inline double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
