@@ -99,13 +99,14 @@ std::string describe_timeout(const LoaderTimeout::Details& d) {
 }
 
 std::string sigkill_cause(const std::optional<OomCount>& before,
-                          const std::optional<OomCount>& after) {
+                          const std::optional<OomCount>& after, const std::string& estimate) {
   if (before && after && after->kills > before->kills) {
     return fmt::format(
         "the kernel's OOM killer killed it (oom_kill in {} rose from {} to {}): the loader's "
         "processes needed more memory than the limit allows. Peak memory is about "
-        "(num_workers + 1) x batch_size x bytes per sample: lower num_workers or batch_size",
-        after->source, before->kills, after->kills);
+        "(num_workers + 1) x batch_size x bytes per sample{}: lower num_workers or batch_size",
+        after->source, before->kills, after->kills,
+        estimate.empty() ? std::string() : fmt::format(" ({})", estimate));
   }
   if (before && after) {
     return fmt::format(

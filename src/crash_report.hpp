@@ -24,8 +24,9 @@ std::string likely_cause(int signal, int exit_code);
 
 // The cause of a SIGKILL, from the OOM-kill counter read when the worker started and after it
 // died (either may be missing when no counter is readable).
+// `estimate` is the loader's memory estimate, appended when the OOM killer is to blame.
 std::string sigkill_cause(const std::optional<OomCount>& before,
-                          const std::optional<OomCount>& after);
+                          const std::optional<OomCount>& after, const std::string& estimate = "");
 // The cause of a SIGBUS, with the ring's committed bytes and the memory the system has left.
 std::string sigbus_cause(std::size_t ring_committed, std::optional<std::uint64_t> mem_available);
 // MemAvailable from /proc/meminfo, in bytes.

@@ -839,7 +839,7 @@ struct LoaderCore::Impl {
     } else if (WIFSIGNALED(process.status())) {
       details.signal = WTERMSIG(process.status());
       if (details.signal == SIGKILL) {
-        details.cause = sigkill_cause(oom_at_spawn, read_oom_kill_count());
+        details.cause = sigkill_cause(oom_at_spawn, read_oom_kill_count(), memory_estimate());
       } else if (details.signal == SIGBUS) {
         details.cause = sigbus_cause(ring_committed_bytes(), mem_available_bytes());
       }
@@ -913,6 +913,21 @@ struct LoaderCore::Impl {
       channels[c].retiring = true;
       request_stop(c, false);
     }
+  }
+
+  // The rule of thumb from what the ring has seen: (workers + 1) x the largest batch a slot
+  // has held, beside what the ring itself holds. Empty before any batch was written.
+  std::string memory_estimate() const {
+    std::size_t largest = 0;
+    for (std::size_t s = 0; s < slots.size(); ++s) {
+      largest = std::max<std::size_t>(largest,
+                                      ring().header(s).committed.load(std::memory_order_relaxed));
+    }
+    if (largest <= kSlotHeaderBytes) return {};
+    return fmt::format("for this loader ({} + 1) x {} per batch = {}; its batch ring holds {}",
+                       num_workers, format_bytes(largest),
+                       format_bytes((num_workers + 1) * largest),
+                       format_bytes(ring_committed_bytes()));
   }
 
   std::size_t ring_committed_bytes() const noexcept {

@@ -98,5 +98,7 @@ TEST_CASE("a worker killed by the OOM killer is reported as such", "[fault][oom]
   REQUIRE_THAT(report, Catch::Contains("was killed by signal 9 (SIGKILL)") &&
                            Catch::Contains("while loading sample 5 of batch 2") &&
                            Catch::Contains("the kernel's OOM killer killed it") &&
-                           Catch::Contains("rose from"));
+                           Catch::Contains("rose from") &&
+                           Catch::Contains("for this loader (1 + 1) x") &&
+                           Catch::Contains("its batch ring holds"));
 }
