@@ -14,6 +14,8 @@
 
 namespace stoker {
 
+struct LaunchOverrides;  // distributed.hpp
+
 // The interface of user samplers.
 class Sampler {
  public:
@@ -103,6 +105,13 @@ class DistributedSampler final : public Sampler {
                      Options options);
 
   std::vector<std::size_t> indices(std::uint64_t epoch) override;
+  // The shard of this process, with rank and world size from the launcher's environment (see
+  // detect_launch() in distributed.hpp); explicit overrides win. Throws as detect_launch().
+  static DistributedSampler from_env(std::size_t dataset_size);
+  static DistributedSampler from_env(std::size_t dataset_size, Options options);
+  static DistributedSampler from_env(std::size_t dataset_size, Options options,
+                                     const LaunchOverrides& overrides);
+
   // For use outside a DataLoader (which passes its own epoch to indices(epoch)).
   void set_epoch(std::uint64_t epoch) noexcept { epoch_ = epoch; }
   std::vector<std::size_t> indices() { return indices(epoch_); }
