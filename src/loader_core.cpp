@@ -34,6 +34,8 @@
 #include <csignal>
 #include <cstring>
 #include <exception>
+#include <map>
+#include <sstream>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -121,6 +123,9 @@ struct Plan {
   std::size_t issued = 0;                  // batches 0..issued-1 have been issued (INV-ORDER-1)
   std::size_t delivered = 0;               // batches handed out, or reported as errors
   std::size_t next_in_order = 0;
+  // Per batch: handed out (or reported as an error), or skipped on resuming; what state()
+  // saves beyond the in-order prefix.
+  std::vector<std::uint8_t> done;
 
   std::span<const std::size_t> batch(std::size_t k) const noexcept {
     if (iterable) return {};
@@ -256,6 +261,7 @@ struct LoaderCore::Impl {
                                    : epoch_order(n, options.shuffle, options.seed, epoch);
       plan.num_batches = batches_for(plan.order.size(), options);
     }
+    plan.done.assign(plan.num_batches, 0);
     for (std::size_t i = 0; i < plan.order.size(); ++i) {
       if (plan.order[i] >= n) {
         throw std::out_of_range(fmt::format(
@@ -421,6 +427,14 @@ struct LoaderCore::Impl {
     current = next && next->epoch == epoch && next->dataset_size == n ? std::move(*next)
                                                                       : make_plan(epoch, n);
     next.reset();
+    if (resume) {
+      try {
+        apply_resume(*current);
+      } catch (...) {
+        current.reset();
+        throw;
+      }
+    }
     if (current->has_batches()) {
       try {
         ensure_ring();
@@ -442,6 +456,138 @@ struct LoaderCore::Impl {
     epoch_end = {};
     oom_at_spawn = read_oom_kill_count();
     oom_candidate_time = {};
+  }
+
+  // ---- resume ----
+
+  // What load_state() read, applied by the next begin_epoch().
+  struct Resume {
+    std::uint64_t epoch = 0;
+    std::size_t dataset_size = 0;
+    std::size_t num_batches = 0;
+    std::size_t position = 0;             // batches 0..position-1 are done
+    std::vector<std::size_t> extra_done;  // and these, beyond the prefix (out of order)
+    std::size_t skipped = 0;
+  };
+  std::optional<Resume> resume;
+
+  void apply_resume(Plan& plan) {
+    const Resume r = *std::exchange(resume, std::nullopt);
+    if (plan.epoch != r.epoch) return;  // set_epoch() chose another epoch since: start afresh
+    if (plan.dataset_size != r.dataset_size || plan.num_batches != r.num_batches) {
+      throw std::invalid_argument(fmt::format(
+          "DataLoader::load_state: the state was saved for {} samples in {} batches, but epoch "
+          "{} here has {} samples in {} batches; resume with the same dataset, batch_size, "
+          "drop_last and sampler",
+          r.dataset_size, r.num_batches, r.epoch, plan.dataset_size, plan.num_batches));
+    }
+    for (std::size_t k = 0; k < r.position; ++k) plan.done[k] = 1;
+    for (const std::size_t k : r.extra_done) plan.done[k] = 1;
+    plan.delivered = r.position + r.extra_done.size();
+    plan.next_in_order = r.position;
+    plan.issued = r.position;
+    skipped_this_epoch = r.skipped;
+  }
+
+  std::string save_state() {
+    if (iterable) {
+      throw std::logic_error(
+          "DataLoader::state: an iterable dataset's position is inside its workers' streams, "
+          "which stoker cannot save; save your stream's own position (e.g. in start_epoch) "
+          "instead");
+    }
+    std::uint64_t epoch = next_epoch;
+    std::size_t n = dataset_size();
+    std::size_t batches = 0;
+    std::size_t position = 0;
+    std::string extra;
+    std::size_t skipped = 0;
+    if (current) {
+      const Plan& plan = *current;
+      epoch = plan.epoch;
+      n = plan.dataset_size;
+      batches = plan.num_batches;
+      while (position < batches && plan.done[position] != 0) ++position;
+      for (std::size_t k = position; k < batches; ++k) {
+        if (plan.done[k] != 0) extra += fmt::format(" {}", k);
+      }
+      skipped = skipped_this_epoch;
+    } else {
+      batches = next_num_batches();
+    }
+    return fmt::format(
+        "stoker-loader-state 1\nepoch {}\nseed {}\nsamples {}\nbatches {}\nposition {}\n"
+        "done{}\nskipped {}\n",
+        epoch, options.seed, n, batches, position, extra, skipped);
+  }
+
+  void load_state(std::string_view text) {
+    std::istringstream in{std::string(text)};
+    std::string magic;
+    int version = 0;
+    in >> magic >> version;
+    if (magic != "stoker-loader-state" || version != 1) {
+      throw std::invalid_argument(
+          "DataLoader::load_state: this is not a state saved by DataLoader::state() (version 1)");
+    }
+    Resume r;
+    std::uint64_t seed = 0;
+    std::map<std::string, bool> seen;
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string key;
+      fields >> key;
+      seen[key] = true;
+      if (key == "epoch")
+        fields >> r.epoch;
+      else if (key == "seed")
+        fields >> seed;
+      else if (key == "samples")
+        fields >> r.dataset_size;
+      else if (key == "batches")
+        fields >> r.num_batches;
+      else if (key == "position")
+        fields >> r.position;
+      else if (key == "skipped")
+        fields >> r.skipped;
+      else if (key == "done") {
+        for (std::size_t k; fields >> k;) r.extra_done.push_back(k);
+        fields.clear();
+      }
+      if (fields.fail()) {
+        throw std::invalid_argument(
+            fmt::format("DataLoader::load_state: cannot read the line '{}'", line));
+      }
+    }
+    for (const char* key : {"epoch", "seed", "samples", "batches", "position"}) {
+      if (!seen[key]) {
+        throw std::invalid_argument(
+            fmt::format("DataLoader::load_state: the state has no '{}' line", key));
+      }
+    }
+    if (seed != options.seed) {
+      throw std::invalid_argument(fmt::format(
+          "DataLoader::load_state: the state was saved by a loader with seed {}, this one has "
+          "seed {}: the order would differ; build the loader with LoaderOptions::seed = {}",
+          seed, options.seed, seed));
+    }
+    if (r.position > r.num_batches) {
+      throw std::invalid_argument(
+          fmt::format("DataLoader::load_state: position {} is past the epoch's {} batches",
+                      r.position, r.num_batches));
+    }
+    for (const std::size_t k : r.extra_done) {
+      if (k < r.position || k >= r.num_batches) {
+        throw std::invalid_argument(
+            fmt::format("DataLoader::load_state: batch {} in 'done' is out of place", k));
+      }
+    }
+    abandon_current();
+    next.reset();
+    next_epoch = r.epoch;
+    resume = std::move(r);
   }
 
   // Ends the running epoch early (its iterator went away, or a new epoch starts). Without
@@ -597,6 +743,10 @@ struct LoaderCore::Impl {
     if (num_workers == 0 || running_workers() == 0) return;
     for (Plan* plan = plan_to_issue(); plan != nullptr; plan = plan_to_issue()) {
       const std::size_t k = plan->issued;
+      if (!plan->iterable && plan->done[k] != 0) {
+        ++plan->issued;  // delivered before a resume: not loaded again
+        continue;
+      }
       if (plan->iterable && options.in_order && plan->exhausted[k % num_workers] != 0) {
         ++plan->issued;  // a void batch: that worker's stream has ended
         continue;
@@ -668,6 +818,7 @@ struct LoaderCore::Impl {
   // num_workers == 0: load the next batch here, into a free slot, with the workers' code.
   bool load_inline() {
     Plan& plan = *current;
+    while (!plan.iterable && !plan.fully_issued() && plan.done[plan.issued] != 0) ++plan.issued;
     if (plan.fully_issued()) return false;
     const std::optional<std::size_t> s = free_slot(0);
     if (!s) return false;
@@ -687,6 +838,7 @@ struct LoaderCore::Impl {
     const SlotHeader& header = ring().header(s);
     const std::uint64_t k = state.batch;
     ++plan.delivered;
+    if (k < plan.done.size()) plan.done[k] = 1;
     plan.next_in_order = std::max<std::size_t>(plan.next_in_order, k + 1);
     if (header.status != SlotStatus::kOk) {
       state.phase = Phase::kFree;
@@ -1148,6 +1300,10 @@ LoaderStats LoaderCore::stats() const {
   out.respawns = m.respawns_this_epoch;
   return out;
 }
+
+std::string LoaderCore::state() const { return impl_->save_state(); }
+
+void LoaderCore::load_state(std::string_view state) { impl_->load_state(state); }
 
 std::vector<pid_t> LoaderCore::worker_pids() const {
   std::vector<pid_t> pids;

@@ -11,6 +11,8 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -120,6 +122,17 @@ class DataLoader {
   const LoaderOptions& options() const noexcept { return core_->options(); }
   D& dataset() noexcept { return *dataset_; }
   const D& dataset() const noexcept { return *dataset_; }
+  // Resume. state() is where the loader stands, as a few hundred bytes of text: the epoch, the
+  // seed, and which of the epoch's batches have been handed out (in order: how many), the one
+  // the program is processing included, so saving inside the loop body resumes after it. Save it
+  // with a checkpoint; load_state() on a loader built with the same dataset and options (any
+  // num_workers) makes its next begin() go on with exactly the batches that would have come
+  // next, sample_rng() augmentation included (both depend only on seed, epoch and index).
+  // Main process. state() throws std::logic_error for an iterable dataset; load_state()
+  // throws std::invalid_argument for a malformed state or one saved with another seed, and
+  // the next begin() does when the epoch's batches differ (another batch_size, dataset...).
+  std::string state() const { return core_->state(); }
+  void load_state(std::string_view state) { core_->load_state(state); }
   // Live worker processes, in worker-id order (empty between epochs without persistent workers).
   std::vector<pid_t> worker_pids() const { return core_->worker_pids(); }
   // Main process; never blocks. Counters of the current epoch (or the last one, between

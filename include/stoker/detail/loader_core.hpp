@@ -9,6 +9,8 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "stoker/batch.hpp"
@@ -62,6 +64,8 @@ class LoaderCore {
   // Live worker processes, in worker-id order; empty when none are running.
   std::vector<pid_t> worker_pids() const;
   LoaderStats stats() const;
+  std::string state() const;
+  void load_state(std::string_view state);
 
   // The iterator protocol. `generation` identifies the epoch an iterator belongs to.
   std::optional<Batch> next(std::uint64_t generation);
