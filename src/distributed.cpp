@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
+#include "log.hpp"
 
 namespace stoker {
 namespace {
@@ -88,8 +88,8 @@ LaunchInfo detect_launch(const LaunchOverrides& overrides) {
                     info.local_rank, info.local_world_size));
   }
   try {
-    spdlog::info("stoker: rank {} of {} (local {} of {}), from {}", info.rank, info.world_size,
-                 info.local_rank, info.local_world_size, info.source);
+    detail::logger().info("stoker: rank {} of {} (local {} of {}), from {}", info.rank,
+                          info.world_size, info.local_rank, info.local_world_size, info.source);
   } catch (...) {
   }
   return info;

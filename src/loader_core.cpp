@@ -39,7 +39,7 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
+#include "log.hpp"
 
 #include "cgroup.hpp"
 #include "crash_report.hpp"
@@ -895,8 +895,8 @@ struct LoaderCore::Impl {
         list += (list.empty() ? "" : ", ") + std::to_string(idx[i]);
       }
       if (list.empty()) list = fmt::format("({} of a stream)", header.num_skipped);
-      spdlog::warn("stoker: skipped sample(s) {} of batch {}: {}: {} ({} skipped this epoch)", list,
-                   k, header.skipped.type_name, header.skipped.message, skipped_this_epoch);
+      logger().warn("stoker: skipped sample(s) {} of batch {}: {}: {} ({} skipped this epoch)",
+                    list, k, header.skipped.type_name, header.skipped.message, skipped_this_epoch);
     } catch (...) {
     }
   }
@@ -1022,9 +1022,9 @@ struct LoaderCore::Impl {
         respawns_this_epoch < options.max_respawns) {
       ++respawns_this_epoch;
       try {
-        spdlog::warn("stoker: {}. Respawning worker {} ({} of at most {} this epoch)",
-                     describe_crash(details), state.position, respawns_this_epoch,
-                     options.max_respawns);
+        logger().warn("stoker: {}. Respawning worker {} ({} of at most {} this epoch)",
+                      describe_crash(details), state.position, respawns_this_epoch,
+                      options.max_respawns);
       } catch (...) {
       }
       respawn(c);
@@ -1193,7 +1193,7 @@ struct LoaderCore::Impl {
       const auto until_warning =
           std::chrono::ceil<milliseconds>(warned_at + kHeldWarningInterval - now);
       if (until_warning.count() <= 0) {
-        spdlog::warn("{} (still waiting for another thread to release one)", held_message());
+        logger().warn("{} (still waiting for another thread to release one)", held_message());
         warned_at = now;
       } else if (limit.count() < 0 || until_warning < limit) {
         limit = until_warning;

@@ -74,20 +74,12 @@ void SlotWriter::skip_sample() noexcept {
   }
 }
 
-void SlotWriter::begin_stream_sample() {
-  // An iterable dataset's samples have no index: sample_rng() is seeded from the worker and
-  // its position in the stream this epoch.
-  static std::uint64_t stream_epoch = ~std::uint64_t{0};
-  static std::uint64_t stream_position = 0;
-  if (stream_epoch != header_.epoch) {
-    stream_epoch = header_.epoch;
-    stream_position = 0;
-  }
+void SlotWriter::begin_stream_sample(std::uint64_t position) {
   const WorkerInfo* info = worker_info();
   const std::uint64_t worker = info == nullptr ? 0 : info->id;
   sample_ = kNoSample;
   ++position_;
-  begin_sample_rng(header_.seed, header_.epoch, (worker << 40) | stream_position++);
+  begin_sample_rng(header_.seed, header_.epoch, (worker << 40) | position);
   if (channel_ != nullptr && channel_->stop_requested.load(std::memory_order_relaxed) != 0) {
     throw Cancelled{};
   }

@@ -35,7 +35,8 @@ class SlotWriter final : public BatchSink {
   std::size_t batch_size() const noexcept override { return rows_; }
   std::uint64_t epoch() const noexcept override { return header_.epoch; }
   void begin_sample(std::size_t index) override;
-  void begin_stream_sample() override;
+  void begin_stream_sample(std::uint64_t position) override;
+  std::uint64_t epoch_run() const noexcept override { return header_.plan; }
   void mark_exhausted() noexcept override { header_.exhausted = 1; }
   void begin_collate(std::size_t rows) noexcept override;
   bool skips_samples() const noexcept override { return skip_samples_; }

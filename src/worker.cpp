@@ -15,7 +15,7 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
+#include "log.hpp"
 
 #include "buffer_cache.hpp"
 #include "crash_report.hpp"
@@ -227,7 +227,7 @@ WorkerProcess::~WorkerProcess() {
     }
     if (!reaped()) {
       try {
-        spdlog::error(
+        logger().error(
             "stoker: worker pid {} did not die within 5 s of SIGKILL (stuck in "
             "uninterruptible I/O?); it is left unreaped",
             pid_);
@@ -333,7 +333,7 @@ void warn_if_multithreaded() noexcept {
   const std::size_t threads = count_threads();
   if (threads <= 1 || warned.exchange(true)) return;
   try {
-    spdlog::warn(
+    logger().warn(
         "stoker: forking DataLoader workers from a process with {} threads. A worker inherits "
         "only the forking thread, so a lock another thread held at that moment stays locked in "
         "the worker and can hang it. Start the loader's first epoch before starting threads or "

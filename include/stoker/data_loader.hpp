@@ -96,8 +96,8 @@ class DataLoader {
     } else {
       produce = [ds, collate = options.collate, batch_size = options.batch_size,
                  drop_last = options.drop_last,
-                 started = ~std::uint64_t{0}](detail::BatchSink& out) mutable {
-        produce_stream(*ds, collate, batch_size, drop_last, started, out);
+                 stream = StreamState{}](detail::BatchSink& out) mutable {
+        produce_stream(*ds, collate, batch_size, drop_last, stream, out);
       };
     }
     core_ = std::make_unique<detail::LoaderCore>(std::move(options), std::move(size),
@@ -184,20 +184,26 @@ class DataLoader {
     }
   }
 
+  // Where this process's copy of an iterable dataset stands: in which run of an epoch, and at
+  // which position of its stream. Kept per loader (in its produce function) and per process.
+  struct StreamState {
+    std::uint64_t run = ~std::uint64_t{0};
+    std::uint64_t position = 0;
+  };
+
   // An iterable dataset's batch: up to batch_size samples from this process's stream.
   static void produce_stream(D& ds, const CollateFn& collate, std::size_t batch_size,
-                             bool drop_last, std::uint64_t& started, detail::BatchSink& out) {
-    if constexpr (RestartableDataset<D>) {
-      if (started != out.epoch()) {
-        ds.start_epoch(out.epoch());
-        started = out.epoch();
-      }
+                             bool drop_last, StreamState& stream, detail::BatchSink& out) {
+    if (stream.run != out.epoch_run()) {  // a new begin(): the stream starts over
+      stream.run = out.epoch_run();
+      stream.position = 0;
+      if constexpr (RestartableDataset<D>) ds.start_epoch(out.epoch());
     }
     std::vector<Sample> samples;
     samples.reserve(batch_size);
     std::size_t skipped = 0;
     while (samples.size() < batch_size) {
-      out.begin_stream_sample();
+      out.begin_stream_sample(stream.position++);
       std::optional<Sample> sample;
       if (!out.skips_samples() || skipped >= batch_size) {
         sample = ds.next();  // past batch_size failures in one batch, the error is raised

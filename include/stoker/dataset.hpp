@@ -20,7 +20,8 @@ concept MapDataset = requires(D& dataset, const D& const_dataset, std::size_t in
 // An iterable dataset is a stream: next() returns the following sample, or nullopt at its end.
 // Each worker runs its own copy (so a dataset that should not repeat itself shards its stream
 // with worker_info() or iterable_shard()). If it also has `void start_epoch(std::uint64_t)`,
-// each copy calls it before the epoch's first next(); without it a copy continues where it
+// each copy calls it before the first next() of every epoch (every begin(), even one that
+// repeats an epoch number); without it a copy continues where it
 // stopped (non-persistent workers get a fresh fork of the main process's copy each epoch).
 template <class D>
 concept IterableDataset = requires(D& dataset) {

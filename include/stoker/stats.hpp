@@ -20,7 +20,8 @@ struct LoaderStats {
   std::vector<std::size_t> skipped_indices;  // their dataset indices, in delivery order
   std::uint64_t respawns = 0;                // OnWorkerCrash::kRespawn, this epoch
   std::uint64_t workers_recycled = 0;        // max_batches_per_worker, since the loader was built
-  // A CachedDataset's counters, over every process (zero for other datasets).
+  // A CachedDataset's counters, over every process and since the cache was made (not per
+  // epoch, unlike the rest); zero for other datasets.
   std::uint64_t cache_hits = 0;
   std::uint64_t cache_misses = 0;
   std::uint64_t cache_bytes = 0;

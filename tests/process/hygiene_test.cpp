@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 #include <catch2/catch.hpp>
 
+#include "log.hpp"
 #include "posix.hpp"
 #include "support/clean_state.hpp"
 #include "support/datasets.hpp"
@@ -22,15 +23,14 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Routes spdlog's default logger into a string for the test's lifetime.
+// Routes stoker's logger into a string for the test's lifetime.
 struct CapturedLog {
   std::ostringstream text;
-  std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  std::vector<spdlog::sink_ptr> previous = stoker::detail::logger().sinks();
   CapturedLog() {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text);
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink));
+    stoker::detail::logger().sinks() = {std::make_shared<spdlog::sinks::ostream_sink_mt>(text)};
   }
-  ~CapturedLog() { spdlog::set_default_logger(previous); }
+  ~CapturedLog() { stoker::detail::logger().sinks() = previous; }
 };
 
 }  // namespace

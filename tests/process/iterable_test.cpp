@@ -195,6 +195,23 @@ TEST_CASE("sample_rng() in an iterable dataset depends on the worker and the str
   const auto first = noise();
   REQUIRE(first == noise());  // reproducible
   REQUIRE(first.at(0) != first.at(2));
+  // Two loaders in one process, in-process: the second must not continue the first's count
+  // of stream positions (it once did, through a counter shared by every loader).
+  opt.num_workers = 0;
+  const auto inline_first = noise();
+  REQUIRE(noise() == inline_first);
+}
+
+TEST_CASE("every begin() restarts the stream, even of a repeated epoch", "[iterable]") {
+  LoaderOptions opt;
+  opt.batch_size = 5;
+  opt.num_workers = 2;
+  opt.persistent_workers = true;
+  DataLoader loader(Counter{}, opt);
+  for (int round = 0; round < 3; ++round) {
+    loader.set_epoch(0);
+    REQUIRE(sorted(run_epoch(loader).values) == range(100));
+  }
 }
 
 TEST_CASE("errors in an iterable dataset: exception, skip, crash", "[iterable][fault]") {

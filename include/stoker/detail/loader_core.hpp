@@ -30,8 +30,12 @@ class BatchSink : public BatchBuilder {
   // Called before loading each sample, so a crash or an exception can name it. Throws an
   // internal exception when the loader asked the worker to stop: let it propagate.
   virtual void begin_sample(std::size_t index) = 0;
-  // Iterable datasets: called before each next(); the sample has no index.
-  virtual void begin_stream_sample() = 0;
+  // Iterable datasets: called before each next() with the sample's position in this worker's
+  // stream this epoch (it has no index; sample_rng() is seeded from the position).
+  virtual void begin_stream_sample(std::uint64_t position) = 0;
+  // Which run of an epoch this batch belongs to: different for every begin(), even of the same
+  // epoch number, so a stream knows when to restart.
+  virtual std::uint64_t epoch_run() const noexcept = 0;
   // Iterable datasets: the stream ended (next() returned nullopt).
   virtual void mark_exhausted() noexcept = 0;
   // Called once the samples are loaded, before a collate that receives them all: `rows` of
