@@ -4,7 +4,7 @@
 
 stoker_required_packages=(
   build-essential cmake pkg-config
-  libfmt-dev libspdlog-dev catch2
+  libfmt-dev libspdlog-dev catch2 libhwloc-dev
   libturbojpeg0-dev libpng-dev  # ImageFolderDataset
   openmpi-bin                   # the mpirun test of DistributedSampler::from_env
   python3-numpy  # tests cross-check .npy files written by NumPy

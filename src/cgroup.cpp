@@ -21,15 +21,6 @@ bool exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-// The first candidate that exists: the cgroup's own directory, or (inside a cgroup namespace,
-// where /proc/self/cgroup says "/") the mount's root.
-std::string first_directory(const std::vector<std::string>& candidates, const char* probe) {
-  for (const std::string& dir : candidates) {
-    if (is_directory(dir) && exists(dir + "/" + probe)) return dir;
-  }
-  return {};
-}
-
 }  // namespace
 
 std::optional<std::uint64_t> find_keyed_value(const std::string& text, const std::string& key) {
@@ -45,46 +36,76 @@ std::optional<std::uint64_t> find_keyed_value(const std::string& text, const std
   return std::nullopt;
 }
 
-MemoryCgroup find_memory_cgroup(const std::string& root) {
+namespace {
+
+struct CgroupLine {
+  bool v2 = false;
+  std::string controllers;  // v1: "cpu,cpuacct"; v2: ""
+  std::string path;
+};
+
+std::vector<CgroupLine> read_cgroup_lines(const std::string& root) {
+  std::vector<CgroupLine> lines;
   std::string text;
-  MemoryCgroup found;
-  if (!posix::read_file((root + "/proc/self/cgroup").c_str(), text)) return found;
-  std::istringstream lines(text);
-  std::string v2_path;
-  std::string v1_path;
-  bool have_v2 = false;
-  bool have_v1 = false;
-  for (std::string line; std::getline(lines, line);) {
+  if (!posix::read_file((root + "/proc/self/cgroup").c_str(), text)) return lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
     // "hierarchy-id:controller-list:path"
     const std::size_t a = line.find(':');
     const std::size_t b = a == std::string::npos ? a : line.find(':', a + 1);
     if (b == std::string::npos) continue;
-    const std::string controllers = line.substr(a + 1, b - a - 1);
-    const std::string path = line.substr(b + 1);
-    if (line.compare(0, a, "0") == 0 && controllers.empty()) {
-      v2_path = path;
-      have_v2 = true;
-    }
-    std::istringstream list(controllers);
-    for (std::string c; std::getline(list, c, ',');) {
-      if (c == "memory") {
-        v1_path = path;
-        have_v1 = true;
+    CgroupLine entry;
+    entry.controllers = line.substr(a + 1, b - a - 1);
+    entry.path = line.substr(b + 1);
+    if (entry.path == "/") entry.path.clear();  // the root: no "cpu//file" paths
+    entry.v2 = line.compare(0, a, "0") == 0 && entry.controllers.empty();
+    lines.push_back(std::move(entry));
+  }
+  return lines;
+}
+
+bool lists(const std::string& controllers, const std::string& controller) {
+  std::istringstream list(controllers);
+  for (std::string c; std::getline(list, c, ',');) {
+    if (c == controller) return true;
+  }
+  return false;
+}
+
+std::optional<std::string> find_in(const std::string& root, const std::string& controller,
+                                   const std::string& probe_file, bool v2) {
+  const std::string cg = root + "/sys/fs/cgroup";
+  for (const CgroupLine& line : read_cgroup_lines(root)) {
+    std::vector<std::string> candidates;
+    if (v2 && line.v2) {
+      candidates = {cg + line.path, cg + "/unified" + line.path, cg, cg + "/unified"};
+    } else if (!v2 && !line.v2 && lists(line.controllers, controller)) {
+      // Inside a cgroup namespace the path is "/" and the mount's root is the cgroup.
+      for (const std::string& mount : {line.controllers, controller}) {
+        candidates.push_back(cg + "/" + mount + line.path);
+        candidates.push_back(cg + "/" + mount);
       }
     }
+    for (const std::string& dir : candidates) {
+      if (is_directory(dir) && exists(dir + "/" + probe_file)) return dir;
+    }
   }
-  const std::string cg = root + "/sys/fs/cgroup";
-  if (have_v1) {
-    const std::string dir =
-        first_directory({cg + "/memory" + v1_path, cg + "/memory"}, "memory.limit_in_bytes");
-    if (!dir.empty()) return {1, dir};
-  }
-  if (have_v2) {
-    const std::string dir = first_directory(
-        {cg + v2_path, cg + "/unified" + v2_path, cg, cg + "/unified"}, "memory.max");
-    if (!dir.empty()) return {2, dir};
-  }
-  return found;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> find_cgroup_directory(const std::string& root,
+                                                 const std::string& controller,
+                                                 const std::string& probe_file) {
+  if (auto dir = find_in(root, controller, probe_file, false)) return dir;
+  return find_in(root, controller, probe_file, true);
+}
+
+MemoryCgroup find_memory_cgroup(const std::string& root) {
+  if (auto dir = find_in(root, "memory", "memory.limit_in_bytes", false)) return {1, *dir};
+  if (auto dir = find_in(root, "memory", "memory.max", true)) return {2, *dir};
+  return {};
 }
 
 std::optional<OomCount> read_oom_kill_count(const std::string& root) {

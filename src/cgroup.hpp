@@ -17,6 +17,12 @@ struct MemoryCgroup {
 // `root` is "" for the real system, or a directory holding proc/ and sys/ for tests.
 MemoryCgroup find_memory_cgroup(const std::string& root = "");
 
+// The directory of this process's cgroup for `controller` (v1: the controller's hierarchy;
+// v2: the unified one) that holds `probe_file`; empty when there is none.
+std::optional<std::string> find_cgroup_directory(const std::string& root,
+                                                 const std::string& controller,
+                                                 const std::string& probe_file);
+
 // Times the kernel's OOM killer has killed a process in this cgroup (v2 memory.events or v1
 // memory.oom_control), or system-wide (/proc/vmstat) when there is no memory cgroup. Empty
 // when no source is readable.

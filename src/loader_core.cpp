@@ -25,6 +25,7 @@
 
 #include "stoker/data_loader.hpp"
 
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -49,8 +50,11 @@
 #include "ring.hpp"
 #include "slot_io.hpp"
 #include "spin.hpp"
+#include "stoker/distributed.hpp"
 #include "stoker/errors.hpp"
+#include "stoker/memory.hpp"
 #include "stoker/random.hpp"
+#include "stoker/topology.hpp"
 #include "worker.hpp"
 
 namespace stoker::detail {
@@ -69,6 +73,8 @@ constexpr milliseconds kStopGrace{500};
 constexpr std::chrono::seconds kOomBaselineLag{2};
 // While the consumer's own batches block progress and another thread might release one.
 constexpr milliseconds kHeldWarningInterval{10000};
+// How long the sample-size probe may load its few samples before it is killed.
+constexpr std::chrono::seconds kProbeTimeout{10};
 
 // What a Batch keeps alive: the mapping, the slot flags and the eventfd that wakes the main
 // thread when a slot is released. Outlives the loader when the program keeps batches.
@@ -166,6 +172,10 @@ struct LoaderCore::Impl {
   ProduceFn produce;
   std::size_t num_workers;
   bool iterable;  // the dataset is a stream (next()), not size() and get(i)
+  DatasetProbe dataset_probe;
+  std::optional<std::size_t> measured_sample_bytes;
+  bool probe_failed = false;
+  bool prepared = false;  // kAuto resolved and the memory checked (at the first epoch)
   std::uint64_t next_epoch = 0;
   std::uint64_t next_plan_id = 1;
 
@@ -177,9 +187,10 @@ struct LoaderCore::Impl {
   // Worker id -> the channel serving it. Channels number num_workers, plus one spare with
   // max_batches_per_worker, which a replacement takes over while the old worker finishes.
   std::vector<std::size_t> position_channel;
-  std::vector<posix::Fd> task_eventfds;  // per channel
-  std::vector<pollfd> wait_fds;          // main eventfd, then the running workers' pidfds
-  std::exception_ptr inline_error;       // num_workers == 0: the failure of the inline batch
+  std::vector<posix::Fd> task_eventfds;       // per channel
+  std::vector<std::vector<int>> worker_cpus;  // bind_workers: per worker id, its core's CPUs
+  std::vector<pollfd> wait_fds;               // main eventfd, then the running workers' pidfds
+  std::exception_ptr inline_error;            // num_workers == 0: the failure of the inline batch
 
   std::optional<Plan> current;
   std::optional<Plan> next;  // persistent workers: the following epoch, prefetched
@@ -197,12 +208,14 @@ struct LoaderCore::Impl {
   Clock::time_point epoch_start{};
   Clock::time_point epoch_end{};  // set when the epoch's last batch has been delivered
 
-  Impl(LoaderOptions o, std::function<std::size_t()> size, ProduceFn p)
+  Impl(LoaderOptions o, std::function<std::size_t()> size, ProduceFn p, DatasetProbe dp)
       : options(std::move(o)),
         dataset_size(std::move(size)),
         produce(std::move(p)),
-        num_workers(static_cast<std::size_t>(options.num_workers)),
-        iterable(!dataset_size) {
+        num_workers(options.num_workers == kAuto ? 0
+                                                 : static_cast<std::size_t>(options.num_workers)),
+        iterable(!dataset_size),
+        dataset_probe(std::move(dp)) {
     if (!iterable) return;
     const char* conflict = options.sampler                                   ? "sampler"
                            : options.batch_sampler                           ? "batch_sampler"
@@ -326,6 +339,9 @@ struct LoaderCore::Impl {
     if (all_workers_running()) return;
     stop_workers();
     warn_if_multithreaded();
+    if (options.bind_workers) {
+      worker_cpus = worker_cores(Topology::detect(), num_workers, ::sched_getcpu());
+    }
     try {
       for (std::size_t p = 0; p < num_workers; ++p) {
         position_channel[p] = p;
@@ -351,6 +367,7 @@ struct LoaderCore::Impl {
     launch.main_eventfd = shared->main_eventfd.get();
     launch.produce = &produce;
     launch.skip_samples = skip_samples();
+    launch.cpus = p < worker_cpus.size() ? &worker_cpus[p] : nullptr;
     launch.worker_init = &options.worker_init;
     ChannelState& channel = channels[c];
     channel.process = WorkerProcess::spawn(launch);
@@ -437,6 +454,7 @@ struct LoaderCore::Impl {
     }
     if (current->has_batches()) {
       try {
+        prepare();
         ensure_ring();
         drop_stale_ready();  // keeps what was prefetched for this plan, now current
         if (num_workers > 0) ensure_workers();
@@ -456,6 +474,137 @@ struct LoaderCore::Impl {
     epoch_end = {};
     oom_at_spawn = read_oom_kill_count();
     oom_candidate_time = {};
+  }
+
+  // ---- memory ----
+
+  std::optional<std::size_t> sample_bytes() {
+    if (options.sample_bytes > 0) return options.sample_bytes;
+    if (!measured_sample_bytes && dataset_probe.sample_bytes && !probe_failed) {
+      // In a child process: get() may keep state, count calls or expect a worker around it.
+      const ProbeResult probe =
+          run_probe_in_child(dataset_probe.sample_bytes, num_workers, kProbeTimeout);
+      measured_sample_bytes = probe.largest;
+      probe_failed = !probe.largest;
+      try {
+        if (!probe.largest) {
+          logger().warn(
+              "stoker: could not measure the bytes per sample (the first get() threw, crashed "
+              "or took over {} s in a probe process), so the loader's memory is not checked; "
+              "give LoaderOptions::sample_bytes to check it",
+              kProbeTimeout.count());
+        } else if (!probe.complete) {
+          logger().warn(
+              "stoker: measured only some of the probe samples ({} bytes the largest; a later "
+              "get() threw, crashed or took over {} s in total); give "
+              "LoaderOptions::sample_bytes if samples can be larger",
+              *probe.largest, kProbeTimeout.count());
+        }
+      } catch (...) {
+      }
+    }
+    return measured_sample_bytes;
+  }
+
+  MemoryEstimate estimate(std::size_t workers, std::size_t batch, std::size_t bytes) const {
+    EstimateInputs in;
+    in.num_workers = workers;
+    in.prefetch_factor = options.prefetch_factor;
+    in.batch_size = batch;
+    in.bytes_per_sample = bytes;
+    in.streaming = !options.collate && options.on_sample_error != OnSampleError::kSkip && !iterable;
+    in.cache_bytes = dataset_probe.cache_bytes;
+    return estimate_memory(in);
+  }
+
+  // At the first epoch, before anything is forked or mapped: pick num_workers for kAuto, then
+  // refuse a loader whose estimate passes the memory it may use.
+  void prepare() {
+    if (prepared) return;
+    const std::optional<std::size_t> bytes = sample_bytes();
+    const bool need_system =
+        options.num_workers == kAuto || (options.check_memory && !options.memory_limit);
+    const SystemInfo system = need_system ? probe_system() : SystemInfo{};
+    if (options.num_workers == kAuto) {
+      const MemoryEstimate one = estimate(1, options.batch_size, bytes.value_or(0));
+      const WorkerRecommendation r = recommend_num_workers(
+          system, one.worker_private_bytes + options.prefetch_factor * one.slot_bytes,
+          options.memory_fraction, detect_launch_quietly().local_world_size);
+      num_workers = r.num_workers;
+      options.num_workers = static_cast<int>(r.num_workers);
+      try {
+        logger().info("stoker: num_workers = kAuto chose {}: {}", r.num_workers, r.reason);
+      } catch (...) {
+      }
+    }
+    if (options.check_memory && bytes) check_memory(*bytes, system);
+    prepared = true;
+  }
+
+  static LaunchInfo detect_launch_quietly() {
+    try {
+      return detect_launch();
+    } catch (...) {
+      return LaunchInfo{};
+    }
+  }
+
+  void check_memory(std::size_t bytes, const SystemInfo& system) {
+    std::uint64_t allowed = 0;
+    std::string limit;
+    if (options.memory_limit) {
+      allowed = *options.memory_limit;
+      limit = "LoaderOptions::memory_limit";
+    } else {
+      const std::optional<std::uint64_t> usable = system.usable_memory();
+      if (!usable) return;  // nothing to check against
+      allowed = static_cast<std::uint64_t>(static_cast<double>(*usable) * options.memory_fraction);
+      const bool cgroup = system.cgroup_limit.value &&
+                          (!system.mem_available.value ||
+                           *system.cgroup_limit.value - system.cgroup_usage.value.value_or(0) <
+                               *system.mem_available.value);
+      limit = fmt::format(
+          "{:.0f}% (LoaderOptions::memory_fraction) of the {} free {}",
+          options.memory_fraction * 100, format_bytes(*usable),
+          cgroup ? "under the memory cgroup's limit (" + system.cgroup_limit.source + ")"
+                 : "by MemAvailable");
+    }
+    const MemoryEstimate e = estimate(num_workers, options.batch_size, bytes);
+    if (e.loader_bytes <= allowed) return;
+    auto fits = [&](std::size_t w, std::size_t b) {
+      return estimate(w, b, bytes).loader_bytes <= allowed;
+    };
+    std::string advice;
+    for (std::size_t w = num_workers; w-- > 0;) {
+      if (fits(w, options.batch_size)) {
+        advice = fmt::format("num_workers={} (with batch_size={})", w, options.batch_size);
+        break;
+      }
+    }
+    std::size_t low = 0;  // largest batch size that fits, by bisection
+    std::size_t high = options.batch_size;
+    while (high - low > 1) {
+      const std::size_t mid = low + (high - low) / 2;
+      (fits(num_workers, mid) ? low : high) = mid;
+    }
+    if (low > 0) {
+      advice += fmt::format("{}batch_size={} (with num_workers={})", advice.empty() ? "" : " or ",
+                            low, num_workers);
+    }
+    if (advice.empty()) advice = "nothing smaller fits either: free memory first";
+    throw MemoryBudgetError(
+        fmt::format(
+            "DataLoader: not enough memory: this loader needs about {} (a ring of {} slots x {} "
+            "= {}, {} workers x {}{}{}) but may use {}: {}. {} would fit. (LoaderOptions::"
+            "check_memory = false skips this check.)",
+            format_bytes(e.loader_bytes), e.num_slots, format_bytes(e.slot_bytes),
+            format_bytes(e.ring_bytes), e.num_workers, format_bytes(e.worker_private_bytes),
+            e.cache_bytes > 0 ? fmt::format(", a sample cache of {}", format_bytes(e.cache_bytes))
+                              : std::string(),
+            e.pinned_bytes > 0 ? fmt::format(", {} pinned", format_bytes(e.pinned_bytes))
+                               : std::string(),
+            format_bytes(allowed), limit, advice),
+        e, allowed);
   }
 
   // ---- resume ----
@@ -1269,9 +1418,10 @@ struct LoaderCore::Impl {
 };
 
 LoaderCore::LoaderCore(LoaderOptions options, std::function<std::size_t()> dataset_size,
-                       ProduceFn produce) {
+                       ProduceFn produce, DatasetProbe probe) {
   validate(options);
-  impl_ = std::make_unique<Impl>(std::move(options), std::move(dataset_size), std::move(produce));
+  impl_ = std::make_unique<Impl>(std::move(options), std::move(dataset_size), std::move(produce),
+                                 std::move(probe));
 }
 
 LoaderCore::~LoaderCore() = default;
@@ -1302,6 +1452,12 @@ LoaderStats LoaderCore::stats() const {
 }
 
 std::string LoaderCore::state() const { return impl_->save_state(); }
+
+MemoryEstimate LoaderCore::memory_estimate() {
+  Impl& m = *impl_;
+  if (m.options.num_workers == kAuto) m.prepare();
+  return m.estimate(m.num_workers, m.options.batch_size, m.sample_bytes().value_or(0));
+}
 
 void LoaderCore::load_state(std::string_view state) { impl_->load_state(state); }
 

@@ -21,7 +21,14 @@ void check_range(const char* name, T value, T low, T high, const char* note = ""
 
 void validate(const LoaderOptions& o) {
   check_range("batch_size", o.batch_size, std::size_t{1}, kMaxBatchSize);
-  check_range("num_workers", o.num_workers, 0, kMaxWorkers, " (0 loads in the calling process)");
+  if (o.num_workers != kAuto) {
+    check_range("num_workers", o.num_workers, 0, kMaxWorkers,
+                " (0 loads in the calling process; kAuto = -1 lets stoker choose)");
+  }
+  if (!(o.memory_fraction > 0.0 && o.memory_fraction <= 1.0)) {
+    throw std::invalid_argument(fmt::format(
+        "LoaderOptions::memory_fraction is {}; it must be in (0, 1]", o.memory_fraction));
+  }
   check_range("prefetch_factor", o.prefetch_factor, std::size_t{1}, kMaxPrefetchFactor,
               " (batches in flight per worker)");
   if (o.timeout.count() < 0) {

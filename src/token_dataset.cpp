@@ -30,7 +30,7 @@ TokenDataset::TokenDataset(std::vector<std::string> shards, Options options)
     std::int32_t header[3] = {0, 0, 0};
     if (size >= sizeof header) std::memcpy(header, shard.file->data(), sizeof header);
     shard.llmc = options_.format == Format::kLlmc ||
-                 (options_.format == Format::kAuto && header[0] == kLlmcMagic);
+                 (options_.format == Format::kDetect && header[0] == kLlmcMagic);
     std::size_t offset = 0;
     if (shard.llmc) {
       if (size < kLlmcHeaderBytes || header[0] != kLlmcMagic) {

@@ -1,6 +1,7 @@
 #include "worker.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,6 +31,9 @@ using Clock = std::chrono::steady_clock;
 
 // How long an idle worker polls its task queue before it sleeps on its doorbell.
 constexpr std::chrono::microseconds kWorkerSpin{20};
+
+// The record a size probe sends after its last sample (no sample is 2^64 - 1 bytes).
+constexpr std::uint64_t kProbeDone = ~std::uint64_t{0};
 
 // The lifeline write ends of every live worker of every loader in this process. A new worker
 // closes all of them, so that only the main process holds each lifeline open and its death
@@ -117,6 +121,12 @@ void wait_for_task(Channel& channel, const WorkerLaunch& launch) noexcept {
   if (::getppid() != parent) ::_exit(0);  // the parent died before PR_SET_PDEATHSIG took hold
   arm_lifeline(launch.lifeline_read);
   reset_signals();
+  if (launch.cpus != nullptr && !launch.cpus->empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (const int cpu : *launch.cpus) CPU_SET(static_cast<std::size_t>(cpu), &set);
+    ::sched_setaffinity(0, sizeof set, &set);  // best effort: a cpuset may forbid it
+  }
 
   const Ring& ring = *launch.ring;
   Channel& channel = ring.channel(launch.channel);
@@ -306,6 +316,62 @@ void reap_all(std::span<WorkerProcess> workers, std::chrono::milliseconds grace)
   // SIGKILL cannot be caught; only a process stuck in uninterruptible I/O outlives this wait,
   // and its WorkerProcess destructor waits for it once more (bounded too).
   wait_until(Clock::now() + std::chrono::seconds(3));
+}
+
+ProbeResult run_probe_in_child(
+    const std::function<void(const std::function<void(std::size_t)>&)>& probe,
+    std::size_t num_workers, std::chrono::milliseconds timeout) noexcept {
+  ProbeResult result;
+  int ends[2];
+  if (posix::make_pipe(ends) != 0) return result;
+  posix::Fd read_end(ends[0]);
+  posix::Fd write_end(ends[1]);
+  std::fflush(nullptr);
+  const pid_t pid = posix::fork_process();
+  if (pid < 0) return result;
+  if (pid == 0) {
+    reset_buffer_cache_after_fork();
+    set_worker_info(WorkerInfo{0, std::max<std::size_t>(num_workers, 1), 0, ::getpid()});
+    close_lifelines_in_child();
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // One record per sample, then an end marker: whatever arrived before a hang or a crash
+    // still counts.
+    const int out = write_end.get();
+    const auto send = [out](std::uint64_t value) {
+      if (::write(out, &value, sizeof value) != sizeof value) ::_exit(1);
+    };
+    try {
+      probe([&send](std::size_t bytes) { send(bytes); });
+    } catch (...) {
+      ::_exit(1);
+    }
+    send(kProbeDone);
+    ::_exit(0);
+  }
+  write_end.reset();
+  const Clock::time_point deadline = Clock::now() + timeout;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd fd{read_end.get(), POLLIN, 0};
+    if (left <= 0 || posix::poll_fds(&fd, 1, static_cast<int>(left)) <= 0) break;
+    std::uint64_t value = 0;
+    // Records are 8 bytes, far below PIPE_BUF: each write arrives whole.
+    ssize_t got = 0;
+    do {
+      got = ::read(read_end.get(), &value, sizeof value);
+    } while (got < 0 && errno == EINTR);
+    if (got != sizeof value) break;  // EOF: the probe exited or crashed
+    if (value == kProbeDone) {
+      result.complete = true;
+      break;
+    }
+    result.largest = std::max<std::size_t>(result.largest.value_or(0), value);
+  }
+  if (!result.complete) ::kill(pid, SIGKILL);
+  int status = 0;
+  posix::wait_pid(pid, &status, 0);
+  return result;
 }
 
 std::size_t count_threads() noexcept {

@@ -9,7 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
+#include <vector>
 
 #include "posix.hpp"
 #include "ring.hpp"
@@ -35,7 +37,8 @@ struct WorkerLaunch {
   int main_eventfd = -1;   // the worker rings it after publishing a result
   int lifeline_read = -1;  // read end of this worker's lifeline pipe
   const ProduceFn* produce = nullptr;
-  bool skip_samples = false;  // OnSampleError::kSkip
+  bool skip_samples = false;               // OnSampleError::kSkip
+  const std::vector<int>* cpus = nullptr;  // bind_workers: the logical CPUs to run on
   const std::function<void(std::size_t)>* worker_init = nullptr;
 };
 
@@ -82,6 +85,18 @@ void reap_all(std::span<WorkerProcess> workers, std::chrono::milliseconds grace)
 
 // Waits up to `timeout` for any unreaped worker to exit (the caller then calls try_reap()).
 void wait_for_exit(std::span<WorkerProcess> workers, std::chrono::milliseconds timeout) noexcept;
+
+// Runs `probe` in a short-lived forked child (as worker 0 of `num_workers`, so the main
+// process's state is untouched) and returns the largest value it reported before it
+// finished, threw, crashed or ran out of `timeout` (the child is then killed); empty when
+// it reported nothing. Main process.
+struct ProbeResult {
+  std::optional<std::size_t> largest;
+  bool complete = false;  // the probe returned normally
+};
+ProbeResult run_probe_in_child(
+    const std::function<void(const std::function<void(std::size_t)>&)>& probe,
+    std::size_t num_workers, std::chrono::milliseconds timeout) noexcept;
 
 // Warns once per process (through spdlog) when the caller has more than one thread.
 void warn_if_multithreaded() noexcept;

@@ -4,6 +4,7 @@
 // the engine is detail::LoaderCore.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -88,7 +89,27 @@ class DataLoader {
     D* ds = dataset_.get();
     detail::ProduceFn produce;
     std::function<std::size_t()> size;
+    detail::DatasetProbe probe;
+    if constexpr (requires(const D& d) { d.cache_stats(); }) {
+      probe.cache_bytes = static_cast<std::size_t>(ds->cache_stats().budget_bytes);
+    }
     if constexpr (MapDataset<D>) {
+      // Up to 4 samples spread over the dataset (a cache's source, not the cache): the
+      // largest sets the estimate. Run in a short-lived child process by the loader.
+      probe.sample_bytes = [ds](const std::function<void(std::size_t)>& report) {
+        auto& source = [ds]() -> auto& {
+          if constexpr (requires { ds->source(); }) {
+            return ds->source();
+          } else {
+            return *ds;
+          }
+        }
+        ();
+        const auto n = static_cast<std::size_t>(source.size());
+        for (const std::size_t i : {std::size_t{0}, n / 3, 2 * n / 3, n - 1}) {
+          if (i < n) report(Sample(source.get(i)).nbytes());
+        }
+      };
       produce = [ds, collate = options.collate](detail::BatchSink& out) {
         produce_batch(*ds, collate, out);
       };
@@ -101,7 +122,7 @@ class DataLoader {
       };
     }
     core_ = std::make_unique<detail::LoaderCore>(std::move(options), std::move(size),
-                                                 std::move(produce));
+                                                 std::move(produce), std::move(probe));
   }
 
   // Starts an epoch: batches of epoch epoch() (then the epoch advances by one unless
@@ -137,6 +158,9 @@ class DataLoader {
   std::vector<pid_t> worker_pids() const { return core_->worker_pids(); }
   // Main process; never blocks. Counters of the current epoch (or the last one, between
   // epochs): batches, samples, bytes, time waited, skipped samples, respawns.
+  // The loader's memory estimate (memory.hpp), as the pre-flight check computes it: measures
+  // the bytes per sample on the first call unless LoaderOptions::sample_bytes gives them.
+  MemoryEstimate memory_estimate() { return core_->memory_estimate(); }
   LoaderStats stats() const {
     LoaderStats s = core_->stats();
     if constexpr (requires(const D& d) { d.cache_stats(); }) {

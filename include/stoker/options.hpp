@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "stoker/collate.hpp"
 #include "stoker/sampler.hpp"
@@ -26,10 +27,10 @@ enum class OnSampleError : std::uint8_t {
 };
 
 struct LoaderOptions {
-  std::size_t batch_size = 1;       // samples per batch, 1 .. kMaxBatchSize
-  bool shuffle = false;             // a new order each epoch, a function of (seed, epoch) only
-  bool drop_last = false;           // drop the last batch when it would be short
-  int num_workers = 0;              // worker processes, 0 .. kMaxWorkers; 0 loads in the caller
+  std::size_t batch_size = 1;  // samples per batch, 1 .. kMaxBatchSize
+  bool shuffle = false;        // a new order each epoch, a function of (seed, epoch) only
+  bool drop_last = false;      // drop the last batch when it would be short
+  int num_workers = 0;  // worker processes, 0 .. kMaxWorkers; 0 loads in the caller; kAuto picks
   std::size_t prefetch_factor = 2;  // batch slots per worker, 1 .. kMaxPrefetchFactor
   bool persistent_workers = false;  // keep workers (and their prefetch) across epochs
   bool in_order = true;             // deliver batches in order; false: whichever is ready first
@@ -59,7 +60,23 @@ struct LoaderOptions {
   // to bound slow memory growth in user code. The replacement is forked while the old worker
   // finishes its last batches, into a spare set of prefetch_factor slots.
   std::size_t max_batches_per_worker = 0;
+
+  // Memory. Before forking, the loader estimates its peak memory (see memory.hpp) and refuses
+  // to start, with MemoryBudgetError, when it passes memory_limit (default: memory_fraction
+  // of what probe_system() finds usable: MemAvailable or the memory cgroup's free limit).
+  bool check_memory = true;
+  double memory_fraction = 0.8;
+  std::optional<std::uint64_t> memory_limit;
+  // Bytes per sample for the estimate; 0 measures it by loading up to 4 samples in the
+  // calling process (an iterable dataset cannot be measured: give it, or the check is skipped).
+  std::size_t sample_bytes = 0;
+  // Bind each worker to its own physical core, avoiding the core of the thread that starts
+  // the epoch (the training loop's).
+  bool bind_workers = false;
 };
+
+// LoaderOptions::num_workers = kAuto: recommend_num_workers() decides, at the first epoch.
+inline constexpr int kAuto = -1;
 
 inline constexpr std::size_t kMaxBatchSize = std::size_t{1} << 24;
 inline constexpr int kMaxWorkers = 256;

@@ -9,6 +9,7 @@
 #include "stoker/distributed.hpp"
 #include "stoker/errors.hpp"
 #include "stoker/image_folder_dataset.hpp"
+#include "stoker/memory.hpp"
 #include "stoker/npy_dataset.hpp"
 #include "stoker/options.hpp"
 #include "stoker/random.hpp"
@@ -18,4 +19,5 @@
 #include "stoker/tensor.hpp"
 #include "stoker/tensor_dataset.hpp"
 #include "stoker/token_dataset.hpp"
+#include "stoker/topology.hpp"
 #include "stoker/worker_info.hpp"

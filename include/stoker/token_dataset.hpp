@@ -23,7 +23,7 @@ class MappedFile;
 class TokenDataset {
  public:
   enum class Format : std::uint8_t {
-    kAuto,  // llm.c when the file starts with the magic 20240520, headerless otherwise
+    kDetect,  // llm.c when the file starts with the magic 20240520, headerless otherwise
     kLlmc,
     kRaw,  // nanoGPT: uint16 tokens and nothing else
   };
@@ -33,7 +33,7 @@ class TokenDataset {
     // Of "input" and "target". kUInt16 serves the shard's tokens as they are (views, no
     // conversion); kInt32 and kInt64 (what embedding layers usually take) convert.
     DType dtype = DType::kInt64;
-    Format format = Format::kAuto;
+    Format format = Format::kDetect;
   };
 
   // Throws stoker::Error for a file that cannot be opened or mapped, and for a bad llm.c

@@ -24,6 +24,7 @@ TEST_CASE("a CachedDataset loads each sample from its source once for every work
     IndexDataset source{90, [&loads](std::size_t i) { loads[i].fetch_add(1); }};
     CachedDataset cached(source, std::size_t{1} << 20);
     LoaderOptions opt;
+    opt.sample_bytes = 24;  // no probe of the source: this test counts its loads
     opt.batch_size = 4;
     opt.num_workers = workers;
     opt.shuffle = true;  // each epoch puts samples on different workers
@@ -58,6 +59,7 @@ TEST_CASE("the cache's budget bounds what it keeps", "[cache]") {
   // so 16 fit in 4 KiB.
   CachedDataset cached(source, 4096);
   LoaderOptions opt;
+  opt.sample_bytes = 24;  // no probe of the source: this test counts its loads
   opt.batch_size = 10;
   opt.num_workers = 2;
   DataLoader loader(std::move(cached), opt);

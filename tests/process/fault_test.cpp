@@ -381,7 +381,9 @@ TEST_CASE("workers exit when the main process is killed", "[fault][parent]") {
 TEST_CASE("fork failures are clear errors and leave nothing behind", "[fault][resources]") {
   const test::ProcessState baseline = test::process_state();
   {
-    DataLoader loader(IndexDataset{100, {}}, options(3));
+    LoaderOptions opt = options(3);
+    opt.sample_bytes = 24;  // no probe process: the injected failure is for worker 0's fork
+    DataLoader loader(IndexDataset{100, {}}, opt);
     detail::posix::inject_failure(detail::posix::Call::kFork, EAGAIN, 1);
     REQUIRE_THROWS_WITH(loader.begin(), Catch::Contains("fork() for worker 0 failed") &&
                                             Catch::Contains("lower num_workers"));

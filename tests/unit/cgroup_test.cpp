@@ -11,27 +11,11 @@
 
 #include "cgroup.hpp"
 #include "crash_report.hpp"
+#include "support/fake_root.hpp"
 
 using namespace stoker::detail;
 
-namespace {
-
-// A scratch directory tree, removed at the end of the test.
-struct FakeRoot {
-  std::string root;
-  FakeRoot() {
-    char templ[] = "/tmp/stoker-fakeroot-XXXXXX";
-    root = mkdtemp(templ);
-  }
-  ~FakeRoot() { (void)!std::system(("rm -rf " + root).c_str()); }
-  void write(const std::string& path, const std::string& text) const {
-    const std::string full = root + path;
-    (void)!std::system(("mkdir -p " + full.substr(0, full.rfind('/'))).c_str());
-    std::ofstream(full) << text;
-  }
-};
-
-}  // namespace
+using stoker::test::FakeRoot;
 
 TEST_CASE("cgroup v1: the memory controller's directory and oom_kill", "[cgroup]") {
   FakeRoot fake;

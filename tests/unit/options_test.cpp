@@ -73,10 +73,12 @@ TEST_CASE("validate: batch_size 0 and above kMaxBatchSize", "[options]") {
 
 TEST_CASE("validate: num_workers below 0 and above kMaxWorkers", "[options]") {
   LoaderOptions o;
-  o.num_workers = -1;
+  o.num_workers = kAuto;  // -1 is the one negative value with a meaning
+  REQUIRE_NOTHROW(validate(o));
+  o.num_workers = -2;
   REQUIRE_THROWS_AS(validate(o), std::invalid_argument);
-  REQUIRE_THROWS_WITH(
-      validate(o), Contains("LoaderOptions::num_workers is -1") && Contains("between 0 and 256"));
+  REQUIRE_THROWS_WITH(validate(o), Contains("LoaderOptions::num_workers is -2") &&
+                                       Contains("between 0 and 256") && Contains("kAuto"));
   o.num_workers = 100000;
   REQUIRE_THROWS_AS(validate(o), std::invalid_argument);
   REQUIRE_THROWS_WITH(validate(o), Contains("LoaderOptions::num_workers is 100000") &&

@@ -15,6 +15,7 @@
 
 #include "stoker/batch.hpp"
 #include "stoker/collate.hpp"
+#include "stoker/memory.hpp"
 #include "stoker/options.hpp"
 #include "stoker/stats.hpp"
 
@@ -49,11 +50,19 @@ class BatchSink : public BatchBuilder {
 
 using ProduceFn = std::function<void(BatchSink&)>;
 
+// What the template knows of its dataset, for the memory estimate.
+struct DatasetProbe {
+  // Loads a few samples and reports each one's bytes; empty when it cannot.
+  std::function<void(const std::function<void(std::size_t)>& report)> sample_bytes;
+  std::size_t cache_bytes = 0;  // a CachedDataset's budget
+};
+
 class LoaderCore {
  public:
   // Main process. Validates the options (std::invalid_argument). Forks nothing yet.
   // `dataset_size` is empty for an iterable dataset.
-  LoaderCore(LoaderOptions options, std::function<std::size_t()> dataset_size, ProduceFn produce);
+  LoaderCore(LoaderOptions options, std::function<std::size_t()> dataset_size, ProduceFn produce,
+             DatasetProbe probe);
   // Stops and reaps every worker (bounded: stop message, SIGTERM, SIGKILL). Never throws.
   ~LoaderCore();
   LoaderCore(const LoaderCore&) = delete;
@@ -68,6 +77,7 @@ class LoaderCore {
   // Live worker processes, in worker-id order; empty when none are running.
   std::vector<pid_t> worker_pids() const;
   LoaderStats stats() const;
+  MemoryEstimate memory_estimate();
   std::string state() const;
   void load_state(std::string_view state);
 

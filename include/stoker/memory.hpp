@@ -1,0 +1,131 @@
+// Memory: what this machine (or container) allows, and what a loader will need. probe_system()
+// reads the limits, each with the file it came from; estimate_memory() breaks a loader's peak
+// memory down (the shared ring, each worker's private memory, the main process, pinned staging,
+// a sample cache); recommend_num_workers() picks a worker count from cores, CPU quota, memory
+// and storage. A DataLoader runs the same estimate before it forks and refuses, with
+// MemoryBudgetError, to start one that would not fit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "stoker/errors.hpp"
+
+namespace stoker {
+
+// A value read from the system, with where it came from; `value` is empty when no source could
+// be read ("unknown", never a made-up zero).
+template <class T>
+struct Probed {
+  std::optional<T> value;
+  std::string source = "unknown";
+  bool known() const noexcept { return value.has_value(); }
+};
+
+struct SystemInfo {
+  Probed<std::uint64_t> mem_total;      // bytes
+  Probed<std::uint64_t> mem_available;  // MemAvailable: what can be used without swapping
+  Probed<std::uint64_t> swap_total;
+  Probed<std::uint64_t> swap_used;
+  Probed<std::uint64_t> cgroup_limit;  // the memory cgroup's limit; empty when unlimited
+  Probed<std::uint64_t> cgroup_usage;
+  Probed<double> cpu_quota;        // CPUs the cgroup may use; empty when unlimited
+  Probed<std::uint64_t> shm_size;  // /dev/shm (what Docker's --shm-size sets)
+  Probed<std::uint64_t> shm_free;
+  Probed<std::uint64_t> memlock_limit;  // RLIMIT_MEMLOCK; empty when unlimited
+  Probed<std::uint64_t> nofile_limit;   // RLIMIT_NOFILE
+  Probed<std::size_t> physical_cores;
+  Probed<std::size_t> logical_cpus;
+  Probed<std::size_t> numa_nodes;
+  Probed<bool> rotational;          // the disk under ProbeOptions::path spins
+  Probed<bool> network_filesystem;  // ProbeOptions::path is on NFS, CIFS, a FUSE mount...
+
+  // The memory a new process tree may still use: MemAvailable, or what the cgroup's limit
+  // leaves, whichever is smaller. Empty when neither is known.
+  std::optional<std::uint64_t> usable_memory() const noexcept;
+};
+
+struct ProbeOptions {
+  std::string root;        // "" for this machine; a directory with proc/ and sys/ for tests
+  std::string path = ".";  // where the data lives, for `rotational` and `network_filesystem`
+};
+
+// Main process. Never throws for a missing or unreadable source: that field stays unknown.
+SystemInfo probe_system(const ProbeOptions& options = {});
+
+// Where a loader's memory goes, at its peak.
+struct MemoryEstimate {
+  std::size_t num_workers = 0;
+  std::size_t batch_size = 0;
+  std::size_t bytes_per_sample = 0;  // measured on a few samples, or given
+  std::size_t batch_bytes = 0;       // one batch's payload
+  std::size_t num_slots = 0;
+  std::size_t slot_bytes = 0;            // one slot: header, indices, payload, layout
+  std::size_t ring_bytes = 0;            // the shared ring, all slots filled
+  std::size_t worker_private_bytes = 0;  // each worker: its samples in flight and its base
+  std::size_t main_bytes = 0;            // the main process now (PSS), before the loader forks
+  std::size_t pinned_bytes = 0;          // page-locked staging (pin_memory with copies)
+  std::size_t cache_bytes = 0;           // a CachedDataset's budget
+  // The loader's own peak: the ring, the workers, pinned staging and the cache; total_bytes
+  // adds the main process as it is now.
+  std::size_t loader_bytes = 0;
+  std::size_t total_bytes = 0;
+  // The rule of thumb, for comparison: (num_workers + 1) x batch_size x bytes per sample.
+  std::size_t rule_of_thumb_bytes = 0;
+};
+
+// The estimate for a loader of `num_workers` workers, `prefetch_factor` slots each, batches of
+// `batch_size` samples of `bytes_per_sample`. `streaming` is true when a worker holds one
+// sample at a time (the default collate); false when it holds the whole batch's samples (a
+// user collate, or skipping). Pure arithmetic plus one read of this process's PSS.
+struct EstimateInputs {
+  std::size_t num_workers = 0;
+  std::size_t prefetch_factor = 2;
+  std::size_t batch_size = 1;
+  std::size_t bytes_per_sample = 0;
+  bool streaming = true;
+  std::size_t pinned_bytes = 0;
+  std::size_t cache_bytes = 0;
+};
+MemoryEstimate estimate_memory(const EstimateInputs& inputs);
+
+// The loader refused to start: its estimate passes a limit. The message names the limit, both
+// numbers, and the largest num_workers and batch_size that fit.
+class MemoryBudgetError : public Error {
+ public:
+  MemoryBudgetError(std::string message, MemoryEstimate estimate, std::uint64_t allowed)
+      : Error(std::move(message)), estimate_(estimate), allowed_(allowed) {}
+  const MemoryEstimate& estimate() const noexcept { return estimate_; }
+  std::uint64_t allowed_bytes() const noexcept { return allowed_; }
+
+ private:
+  MemoryEstimate estimate_;
+  std::uint64_t allowed_;
+};
+
+// A worker count for this machine: the smallest of physical cores - 1 (at least 1), the CPU
+// quota, what memory allows at `memory_fraction` of the usable memory (with `per_worker_bytes`
+// each), and a storage cap (4 on a rotational disk); local_world_size ranks on the machine
+// share its cores. `reason` says which bound decided.
+struct WorkerRecommendation {
+  std::size_t num_workers = 1;
+  std::string reason;
+};
+WorkerRecommendation recommend_num_workers(const SystemInfo& system,
+                                           std::size_t per_worker_bytes = 0,
+                                           double memory_fraction = 0.8,
+                                           std::size_t local_world_size = 1);
+
+}  // namespace stoker
+
+// fmt::format("{}", estimate): a small table of the breakdown.
+template <>
+struct fmt::formatter<stoker::MemoryEstimate> {
+  constexpr auto parse(fmt::format_parse_context& ctx) { return ctx.begin(); }
+  fmt::format_context::iterator format(const stoker::MemoryEstimate& e,
+                                       fmt::format_context& ctx) const;
+};

@@ -1,0 +1,233 @@
+// The pre-flight memory check: a loader whose estimate passes its limit fails before forking,
+// with a message naming the limit, both numbers and settings that fit; with those settings
+// it runs. Also memory_estimate(), num_workers = kAuto and bind_workers.
+#include <sched.h>
+
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+
+#include "support/clean_state.hpp"
+#include "support/datasets.hpp"
+
+using namespace stoker;
+
+namespace {
+
+// 150 KB a sample, like the image workload.
+struct Images {
+  std::size_t size() const { return 256; }
+  Sample get(std::size_t i) const {
+    Sample s;
+    s.set("image", Tensor::zeros(DType::kUInt8, {3, 224, 224}));
+    s.set("label", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(i % 10)));
+    return s;
+  }
+};
+
+std::vector<int> allowed_cpus(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::vector<int> cpus;
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("Cpus_allowed_list:", 0) != 0) continue;
+    std::istringstream list(line.substr(18));
+    for (std::string part; std::getline(list, part, ',');) {
+      const std::size_t dash = part.find('-');
+      const int first = std::stoi(part.substr(0, dash));
+      const int last = dash == std::string::npos ? first : std::stoi(part.substr(dash + 1));
+      for (int c = first; c <= last; ++c) cpus.push_back(c);
+    }
+  }
+  return cpus;
+}
+
+}  // namespace
+
+TEST_CASE("a loader that would not fit fails before forking, naming what would", "[memory]") {
+  const test::ProcessState baseline = test::process_state();
+  LoaderOptions opt;
+  opt.batch_size = 64;
+  opt.num_workers = 4;
+  opt.memory_limit = 40ULL << 20;  // 40 MiB: 4 workers x 2 slots of 9.3 MiB do not fit
+  std::string message;
+  std::uint64_t allowed = 0;
+  std::size_t needed = 0;
+  {
+    DataLoader loader(Images{}, opt);
+    try {
+      auto it = loader.begin();
+      FAIL("no MemoryBudgetError");
+    } catch (const MemoryBudgetError& e) {
+      message = e.what();
+      allowed = e.allowed_bytes();
+      needed = e.estimate().loader_bytes;
+    }
+    REQUIRE(test::child_pids().empty());  // nothing was forked
+  }
+  INFO(message);
+  REQUIRE(allowed == 40ULL << 20);
+  REQUIRE(needed > allowed);
+  REQUIRE_THAT(message, Catch::Contains("not enough memory") &&
+                            Catch::Contains("a ring of 8 slots") &&
+                            Catch::Contains("4 workers x") &&
+                            Catch::Contains("but may use 40.0 MiB: LoaderOptions::memory_limit") &&
+                            Catch::Contains("check_memory = false"));
+  // The suggested settings run.
+  std::smatch m;
+  REQUIRE(std::regex_search(message, m, std::regex("num_workers=(\\d+) \\(with batch_size=64\\)")));
+  const int workers = std::stoi(m[1]);
+  REQUIRE(workers < 4);
+  REQUIRE(std::regex_search(message, m, std::regex("batch_size=(\\d+) \\(with num_workers=4\\)")));
+  const int batch = std::stoi(m[1]);
+  REQUIRE(batch < 64);
+  for (const auto& [w, b] : {std::pair<int, int>{workers, 64}, {4, batch}}) {
+    LoaderOptions fit = opt;
+    fit.num_workers = w;
+    fit.batch_size = static_cast<std::size_t>(b);
+    DataLoader loader(Images{}, fit);
+    std::size_t samples = 0;
+    for (const Batch& batch_view : loader) samples += batch_view.size();
+    REQUIRE(samples == 256);
+  }
+  STOKER_REQUIRE_CLEAN(baseline);
+}
+
+TEST_CASE("the check can be turned off, and a generous limit passes", "[memory]") {
+  LoaderOptions opt;
+  opt.batch_size = 64;
+  opt.num_workers = 2;
+  opt.memory_limit = 1ULL << 20;
+  opt.check_memory = false;
+  DataLoader unchecked(Images{}, opt);
+  REQUIRE(unchecked.begin() != unchecked.end());
+  opt.check_memory = true;
+  opt.memory_limit = 1ULL << 30;
+  DataLoader roomy(Images{}, opt);
+  REQUIRE(roomy.begin() != roomy.end());
+}
+
+TEST_CASE("memory_estimate() measures the samples and breaks the peak down", "[memory]") {
+  LoaderOptions opt;
+  opt.batch_size = 64;
+  opt.num_workers = 2;
+  DataLoader loader(Images{}, opt);
+  const MemoryEstimate e = loader.memory_estimate();
+  REQUIRE(e.bytes_per_sample == 3 * 224 * 224 + 8);
+  REQUIRE(e.num_slots == 4);
+  REQUIRE(e.rule_of_thumb_bytes == 3 * 64 * e.bytes_per_sample);
+  opt.sample_bytes = 1000;
+  DataLoader given(Images{}, opt);
+  REQUIRE(given.memory_estimate().bytes_per_sample == 1000);
+}
+
+namespace {
+
+// Sample i holds (i + 1) KiB, except where `fault` says get() misbehaves.
+struct Growing {
+  std::size_t n = 90;
+  std::function<void(std::size_t)> fault;
+  // Counts get() calls made in this process (copies share it; a child has its own).
+  std::shared_ptr<std::size_t> calls = std::make_shared<std::size_t>(0);
+  std::size_t size() const { return n; }
+  Sample get(std::size_t i) const {
+    ++*calls;
+    if (fault) fault(i);
+    Sample s;
+    s.set("x", Tensor::zeros(DType::kUInt8, {static_cast<std::int64_t>((i + 1) * 1024)}));
+    return s;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the size probe takes the largest of samples spread over the dataset, in a child",
+          "[memory]") {
+  LoaderOptions opt;
+  opt.batch_size = 8;
+  opt.num_workers = 2;
+  Growing dataset;
+  DataLoader loader(dataset, opt);
+  REQUIRE(loader.memory_estimate().bytes_per_sample == 90 * 1024);  // the last index
+  REQUIRE(*dataset.calls == 0);
+}
+
+TEST_CASE("a probe that crashes or throws part-way keeps what it measured; none, no check",
+          "[memory]") {
+  test::disable_core_dumps();
+  LoaderOptions opt;
+  opt.batch_size = 8;
+  opt.num_workers = 2;
+  SECTION("a crash at the second probe sample: the first one counts") {
+    DataLoader loader(Growing{90,
+                              [](std::size_t i) {
+                                if (i == 30) std::abort();
+                              }},
+                      opt);
+    REQUIRE(loader.memory_estimate().bytes_per_sample == 1024);
+  }
+  SECTION("the first sample throws: no estimate, the loader still runs and reports the error") {
+    DataLoader loader(Growing{90,
+                              [](std::size_t i) {
+                                if (i == 0) throw std::runtime_error("sample 0 is corrupt");
+                              }},
+                      opt);
+    REQUIRE(loader.memory_estimate().bytes_per_sample == 0);
+    std::string first_error;
+    test::drain_epoch(loader, [&](const WorkerException& e) {
+      if (first_error.empty()) first_error = e.what();
+    });
+    REQUIRE_THAT(first_error, Catch::Matchers::Contains("sample 0 is corrupt"));
+  }
+}
+
+TEST_CASE("num_workers = kAuto takes the recommendation", "[memory]") {
+  LoaderOptions opt;
+  opt.batch_size = 16;
+  opt.num_workers = kAuto;
+  DataLoader loader(Images{}, opt);
+  const std::size_t expected =
+      recommend_num_workers(probe_system(), loader.memory_estimate().worker_private_bytes)
+          .num_workers;
+  std::size_t samples = 0;
+  for (const Batch& batch : loader) samples += batch.size();
+  REQUIRE(samples == 256);
+  REQUIRE(loader.options().num_workers >= 1);
+  REQUIRE(static_cast<std::size_t>(loader.options().num_workers) <=
+          std::max<std::size_t>(expected, 1));
+}
+
+TEST_CASE("bind_workers puts each worker on its own core, away from the caller's",
+          "[memory][topology]") {
+  const Topology topology = Topology::detect();
+  // Keep the training thread on one core for the test, so "the caller's core" is one core.
+  cpu_set_t saved;
+  REQUIRE(::sched_getaffinity(0, sizeof saved, &saved) == 0);
+  cpu_set_t here;
+  CPU_ZERO(&here);
+  CPU_SET(static_cast<std::size_t>(topology.cores()[0][0]), &here);
+  REQUIRE(::sched_setaffinity(0, sizeof here, &here) == 0);
+  LoaderOptions opt;
+  opt.batch_size = 8;
+  opt.num_workers = static_cast<int>(std::max<std::size_t>(topology.physical_cores() - 1, 1));
+  opt.bind_workers = true;
+  opt.persistent_workers = true;
+  DataLoader loader(Images{}, opt);
+  auto it = loader.begin();
+  REQUIRE(it != loader.end());  // a batch has come: the workers have bound themselves
+  const int caller = ::sched_getcpu();
+  const std::vector<pid_t> pids = loader.worker_pids();
+  std::set<std::size_t> cores;
+  for (const pid_t pid : pids) {
+    const std::vector<int> cpus = allowed_cpus(pid);
+    REQUIRE_FALSE(cpus.empty());
+    const std::size_t core = topology.core_of(cpus[0]);
+    for (const int cpu : cpus) REQUIRE(topology.core_of(cpu) == core);  // one core each
+    if (topology.physical_cores() > 1) REQUIRE(core != topology.core_of(caller));
+    cores.insert(core);
+  }
+  if (topology.physical_cores() > pids.size()) REQUIRE(cores.size() == pids.size());
+  REQUIRE(::sched_setaffinity(0, sizeof saved, &saved) == 0);
+}
