@@ -67,8 +67,9 @@ struct LoaderOptions {
   bool check_memory = true;
   double memory_fraction = 0.8;
   std::optional<std::uint64_t> memory_limit;
-  // Bytes per sample for the estimate; 0 measures it by loading up to 4 samples in the
-  // calling process (an iterable dataset cannot be measured: give it, or the check is skipped).
+  // Bytes per sample for the estimate; 0 measures it by loading up to 4 samples in a
+  // short-lived child process (an iterable dataset cannot be measured: give it, or the check
+  // is skipped).
   std::size_t sample_bytes = 0;
   // Bind each worker to its own physical core, avoiding the core of the thread that starts
   // the epoch (the training loop's).

@@ -5,9 +5,33 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace stoker {
+
+// One worker channel over the epoch (a respawned or recycled worker continues its channel's
+// figures). Times are seconds of wall time inside each stage, measured by the worker per batch.
+struct WorkerStats {
+  std::size_t worker_id = 0;
+  int pid = 0;                // the process serving the channel now (0: none)
+  std::uint64_t batches = 0;  // loaded this epoch
+  std::uint64_t samples = 0;
+  double get_seconds = 0;       // inside the dataset's get() / next()
+  double collate_seconds = 0;   // inside the collate (stacking, or the user's)
+  double write_seconds = 0;     // the rest of a batch: slot layout and bookkeeping
+  double busy_fraction = 0;     // (get + collate + write) / epoch wall time, 0 .. 1
+  std::uint64_t rss_bytes = 0;  // the process now (0 when unknown)
+  std::uint64_t pss_bytes = 0;
+};
+
+// The GPU, when the NVIDIA management library is found at run time (libnvidia-ml.so.1).
+struct GpuStats {
+  unsigned device = 0;
+  double utilization = 0;  // 0 .. 1, the driver's recent sample
+  std::uint64_t memory_used = 0;
+  std::uint64_t memory_total = 0;
+};
 
 struct LoaderStats {
   std::uint64_t epoch = 0;    // the epoch these figures describe
@@ -26,6 +50,26 @@ struct LoaderStats {
   std::uint64_t cache_misses = 0;
   std::uint64_t cache_bytes = 0;
 
+  // Over the last few seconds (empty windows give 0).
+  double recent_samples_per_second = 0;
+  double recent_bytes_per_second = 0;
+  // Per worker channel (empty when num_workers == 0).
+  std::vector<WorkerStats> workers;
+  // The ring: slots in all, and the mean number holding a loaded batch (ready or held by the
+  // consumer) when the consumer asked for the next one; occupancy = that mean / slots.
+  std::size_t ring_slots = 0;
+  double ring_occupancy = 0;
+  // Memory now: the main process, and the shared ring's committed bytes.
+  std::uint64_t main_rss_bytes = 0;
+  std::uint64_t main_pss_bytes = 0;
+  std::uint64_t ring_bytes = 0;
+  // The whole machine over the epoch so far, from /proc/stat: share of CPU time busy
+  // (user + system + ...) and in iowait, 0 .. 1; empty when unknown.
+  std::optional<double> cpu_busy_fraction;
+  std::optional<double> iowait_fraction;
+  std::size_t logical_cpus = 0;
+  std::optional<GpuStats> gpu;
+
   double samples_per_second() const noexcept {
     return epoch_seconds > 0 ? static_cast<double>(samples) / epoch_seconds : 0;
   }
@@ -35,6 +79,16 @@ struct LoaderStats {
   // The share of the epoch the consumer waited for data: near 1 means data-bound.
   double wait_fraction() const noexcept {
     return epoch_seconds > 0 ? wait_seconds / epoch_seconds : 0;
+  }
+  // Mean time the consumer waited per batch.
+  double wait_per_batch_seconds() const noexcept {
+    return batches > 0 ? wait_seconds / static_cast<double>(batches) : 0;
+  }
+  // Sum of the processes' PSS: workers, main (the ring's pages are counted in their PSS).
+  std::uint64_t tree_pss_bytes() const noexcept {
+    std::uint64_t total = main_pss_bytes;
+    for (const WorkerStats& w : workers) total += w.pss_bytes;
+    return total;
   }
 };
 
