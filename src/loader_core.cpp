@@ -54,6 +54,7 @@
 #include "stoker/distributed.hpp"
 #include "stoker/errors.hpp"
 #include "stoker/memory.hpp"
+#include "stoker/pinned_allocator.hpp"
 #include "stoker/random.hpp"
 #include "stoker/topology.hpp"
 #include "worker.hpp"
@@ -81,6 +82,10 @@ constexpr std::chrono::seconds kProbeTimeout{10};
 // thread when a slot is released. Outlives the loader when the program keeps batches.
 struct RingShared {
   std::unique_ptr<Ring> ring;
+  // pin_mode kRegister: the locked ranges of each slot (declared after `ring`, so they are
+  // unlocked before it is unmapped), and how far from its start each slot is locked.
+  std::vector<PinnedRange> pins;
+  std::vector<std::size_t> pinned_upto;
   // held[s]: true from delivery until the last copy of the Batch is gone. Written by main at
   // delivery (relaxed, before the Batch exists) and by ~SlotLease (release, in whichever thread
   // drops the last copy); read by main's reclaim() (acquire, pairs with that release so the
@@ -528,7 +533,37 @@ struct LoaderCore::Impl {
     in.bytes_per_sample = bytes;
     in.streaming = !options.collate && options.on_sample_error != OnSampleError::kSkip && !iterable;
     in.cache_bytes = dataset_probe.cache_bytes;
+    if (options.pin_memory && options.pin_mode == PinMode::kCopy && bytes > 0) {
+      // The staging blocks: the batch the consumer holds and the next one being copied.
+      in.pinned_bytes = 2 * PinnedAllocator::size_class(batch * (bytes + sizeof(std::size_t)) +
+                                                        std::size_t{64} * 16);
+    }
     return estimate_memory(in);
+  }
+
+  // pin_memory: refuse, before forking, a loader whose locked memory would pass the pinned
+  // allocator's budget (the ring itself for kRegister, the staging blocks for kCopy).
+  void check_pinned(std::size_t bytes) {
+    if (!options.pin_memory) return;
+    const MemoryEstimate e = estimate(num_workers, options.batch_size, bytes);
+    const bool ring = options.pin_mode == PinMode::kRegister;
+    const std::size_t locked = ring ? e.ring_bytes : e.pinned_bytes;
+    const PinnedStats now = pinned().stats();
+    const std::size_t free =
+        now.budget_bytes - std::min(now.budget_bytes, now.in_use_bytes + now.cached_bytes);
+    if (locked <= free) return;
+    throw PinnedMemoryError(
+        fmt::format("DataLoader: pin_memory would lock about {} ({}) but the pinned allocator "
+                    "has {} of its {} budget left (backend {}). Lower batch_size, num_workers or "
+                    "prefetch_factor{}, raise the budget (PinnedOptions::budget_bytes, and "
+                    "`ulimit -l` for mlock), or set pin_memory = false",
+                    format_bytes(locked),
+                    ring ? fmt::format("the ring: {} slots x {}", e.num_slots,
+                                       format_bytes(e.slot_bytes))
+                         : std::string("two staging blocks of a batch"),
+                    format_bytes(free), format_bytes(now.budget_bytes), to_string(now.backend),
+                    ring ? ", or use pin_mode = kCopy (locks two batches, not the ring)" : ""),
+        locked, now.budget_bytes, now.in_use_bytes + now.cached_bytes);
   }
 
   // At the first epoch, before anything is forked or mapped: pick num_workers for kAuto, then
@@ -552,6 +587,7 @@ struct LoaderCore::Impl {
       }
     }
     if (options.check_memory && bytes) check_memory(*bytes, system);
+    if (bytes) check_pinned(*bytes);
     prepared = true;
   }
 
@@ -1035,11 +1071,61 @@ struct LoaderCore::Impl {
     shared->held[s].store(true, std::memory_order_relaxed);
     state.phase = Phase::kHeld;
     auto lease = std::make_shared<SlotLease>(shared, s);
+    const bool pin_slot = options.pin_memory && options.pin_mode == PinMode::kRegister;
+    if (pin_slot) pin_committed(s);
     std::vector<Field> fields = read_fields(ring(), s, lease);
     const std::span<const std::size_t> indices(
         reinterpret_cast<const std::size_t*>(ring().indices(s)),
         plan.iterable ? 0 : header.num_kept);
-    return Batch(std::move(fields), indices, plan.epoch, k, std::move(lease), header.num_kept);
+    Batch batch(std::move(fields), indices, plan.epoch, k, std::move(lease), header.num_kept,
+                pin_slot);
+    if (options.pin_memory && options.pin_mode == PinMode::kCopy) return copy_to_pinned(batch);
+    return batch;
+  }
+
+  PinnedAllocator& pinned() {
+    if (!options.pinned_allocator) options.pinned_allocator = PinnedAllocator::global();
+    return *options.pinned_allocator;
+  }
+
+  // pin_mode kRegister: locks what slot s has committed and is not locked yet. A slot grows,
+  // never shrinks, so each page is locked once, by the range that first covered it.
+  void pin_committed(std::size_t s) {
+    if (shared->pinned_upto.empty()) shared->pinned_upto.assign(ring().num_slots(), 0);
+    const std::size_t committed =
+        std::min(round_up(ring().header(s).committed.load(std::memory_order_relaxed), kPageSize),
+                 ring().slot_bytes());
+    std::size_t& upto = shared->pinned_upto[s];
+    if (committed <= upto) return;
+    shared->pins.push_back(pinned().pin_range(ring().slot(s) + upto, committed - upto));
+    upto = committed;
+  }
+
+  // pin_mode kCopy: the batch, copied into one pinned staging block (fields 64-byte aligned);
+  // its slot is freed when `view` goes.
+  Batch copy_to_pinned(const Batch& view) {
+    std::size_t total = view.indices().size() * sizeof(std::size_t);
+    for (const Field& field : view.fields()) total = round_up(total, 64) + field.second.nbytes();
+    struct Staged {
+      PinnedBlock block;
+    };
+    auto staged = std::make_shared<Staged>(Staged{pinned().allocate(std::max<std::size_t>(total, 1))});
+    std::byte* const base = staged->block.data();
+    std::memcpy(base, view.indices().data(), view.indices().size() * sizeof(std::size_t));
+    std::size_t at = view.indices().size() * sizeof(std::size_t);
+    std::vector<Field> fields;
+    fields.reserve(view.fields().size());
+    for (const Field& field : view.fields()) {
+      at = round_up(at, 64);
+      const Tensor& t = field.second;
+      if (t.nbytes() > 0) std::memcpy(base + at, t.raw_data(), t.nbytes());
+      fields.emplace_back(field.first, Tensor::view(t.dtype(), t.shape(), base + at, staged));
+      at += t.nbytes();
+    }
+    const std::span<const std::size_t> indices(reinterpret_cast<const std::size_t*>(base),
+                                               view.indices().size());
+    return Batch(std::move(fields), indices, view.epoch(), view.index(), std::move(staged),
+                 view.size(), true);
   }
 
   // Counts a batch's skipped samples; past max_skipped_samples, raises the last one's error.

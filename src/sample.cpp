@@ -62,13 +62,14 @@ std::size_t Sample::nbytes() const noexcept {
 
 Batch::Batch(std::vector<Field> fields, std::span<const std::size_t> indices, std::uint64_t epoch,
              std::uint64_t index, std::shared_ptr<const void> keeper,
-             std::optional<std::size_t> rows)
+             std::optional<std::size_t> rows, bool pinned)
     : fields_(std::move(fields)),
       indices_(indices),
       keeper_(std::move(keeper)),
       epoch_(epoch),
       index_(index),
-      rows_(rows.value_or(indices.size())) {}
+      rows_(rows.value_or(indices.size())),
+      pinned_(pinned) {}
 
 const Tensor& Batch::operator[](std::string_view name) const {
   if (const Tensor* t = find(name)) return *t;

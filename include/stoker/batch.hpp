@@ -26,7 +26,7 @@ class Batch {
   // dataset has rows but no indices).
   Batch(std::vector<Field> fields, std::span<const std::size_t> indices, std::uint64_t epoch,
         std::uint64_t index, std::shared_ptr<const void> keeper,
-        std::optional<std::size_t> rows = std::nullopt);
+        std::optional<std::size_t> rows = std::nullopt, bool pinned = false);
 
   // The stacked field `name`, shape [size(), ...]. Throws std::out_of_range naming the fields.
   const Tensor& operator[](std::string_view name) const;
@@ -45,8 +45,12 @@ class Batch {
   std::uint64_t index() const noexcept { return index_; }
   // Sum of the fields' payload bytes.
   std::size_t nbytes() const noexcept;
-  // True while this batch points into a loader's shared-memory slot.
+  // True while this batch points into memory it does not own: a loader's shared-memory slot,
+  // or a pinned staging block (LoaderOptions::pin_mode = kCopy).
   bool is_view() const noexcept;
+  // True when every field lies in page-locked memory (LoaderOptions::pin_memory), ready for an
+  // asynchronous copy to a GPU. A clone() is not pinned.
+  bool is_pinned() const noexcept { return pinned_; }
 
   // A deep copy in owning heap memory: it holds no slot, so keep clones, not views, when you
   // keep many batches (for example, to evaluate after the epoch).
@@ -59,6 +63,7 @@ class Batch {
   std::uint64_t epoch_ = 0;
   std::uint64_t index_ = 0;
   std::size_t rows_ = 0;
+  bool pinned_ = false;
 };
 
 }  // namespace stoker

@@ -27,6 +27,14 @@ enum class OnSampleError : std::uint8_t {
   kSkip,  // drop the sample from its batch, count it, and go on
 };
 
+class PinnedAllocator;
+
+// How LoaderOptions::pin_memory makes batches page-locked.
+enum class PinMode : std::uint8_t {
+  kRegister,  // lock the ring's slots in place (cudaHostRegister, or mlock)
+  kCopy,      // copy each batch into a pinned staging block
+};
+
 struct LoaderOptions {
   std::size_t batch_size = 1;  // samples per batch, 1 .. kMaxBatchSize
   bool shuffle = false;        // a new order each epoch, a function of (seed, epoch) only
@@ -75,6 +83,16 @@ struct LoaderOptions {
   // Bind each worker to its own physical core, avoiding the core of the thread that starts
   // the epoch (the training loop's).
   bool bind_workers = false;
+
+  // Page-locked batches, for fast copies to a GPU (pinned_allocator.hpp). kRegister locks the
+  // ring's slots themselves as batches first use them (no copy; the locked memory is the ring's
+  // committed size); kCopy copies each batch into a pinned staging block, which frees its ring
+  // slot at once (a copy per batch; the staging blocks are cached and reused). Every batch the
+  // consumer sees then reports Batch::is_pinned(). The memory comes from `pinned_allocator`
+  // (empty: PinnedAllocator::global()), within its budget.
+  bool pin_memory = false;
+  PinMode pin_mode = PinMode::kRegister;
+  std::shared_ptr<PinnedAllocator> pinned_allocator;
 
   // Observability (stats.hpp). false keeps only the basic counters (batches, samples, bytes,
   // the consumer's wait): no per-worker stage times, ring occupancy or recent window.

@@ -12,6 +12,7 @@
 #include "stoker/memory.hpp"
 #include "stoker/npy_dataset.hpp"
 #include "stoker/options.hpp"
+#include "stoker/pinned_allocator.hpp"
 #include "stoker/random.hpp"
 #include "stoker/sample.hpp"
 #include "stoker/sampler.hpp"
