@@ -66,6 +66,17 @@ __attribute__((visibility("default"))) const char* cudaGetErrorString(int error)
   }
 }
 
+__attribute__((visibility("default"))) int cudaMalloc(void** ptr, std::size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return 2;
+  *ptr = p;
+  return 0;
+}
+
+__attribute__((visibility("default"))) int cudaFree(void* /*ptr*/) { return 0; }
+
+__attribute__((visibility("default"))) int cudaDeviceSynchronize() { return 0; }
+
 __attribute__((visibility("default"))) int cudaMemcpy(void* dst, const void* src,
                                                        std::size_t bytes, int /*kind*/) {
   ++g_counts[kMemcpy];
