@@ -39,7 +39,10 @@ MemoryEstimate estimate_memory(const EstimateInputs& in) {
   e.slot_bytes = detail::round_up(
       detail::Ring::payload_start(in.batch_size) + e.batch_bytes + detail::kLayoutBytes,
       detail::kSlotStep);
-  e.ring_bytes = e.num_slots * e.slot_bytes;
+  // Workers keep every slot of theirs filled. In-process loading (num_workers = 0) fills one
+  // slot at a time: the iterator lets go of the previous batch before it loads the next, so a
+  // second slot is used only by a consumer that keeps batches across iterations.
+  e.ring_bytes = (in.num_workers > 0 ? e.num_slots : 1) * e.slot_bytes;
   // The samples a loading process holds at once: one while streaming into the slot, the whole
   // batch when a user collate (or skipping) needs them all.
   const std::size_t held = (in.streaming ? 1 : in.batch_size) * in.bytes_per_sample;
