@@ -99,7 +99,7 @@ class StagePolicy {
 
  private:
   static constexpr std::uint64_t kSlowNs = 200'000;
-  static constexpr std::uint64_t kEvery = 16;
+  static constexpr std::uint64_t kEvery = 64;
   std::uint64_t count_ = 0;
   std::uint64_t last_ns_ = 0;
 };
