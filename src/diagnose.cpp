@@ -24,17 +24,6 @@ std::string seconds_text(double s) {
   return detail::format_duration(std::chrono::nanoseconds(static_cast<std::int64_t>(s * 1e9)));
 }
 
-std::string thousands(double value) {
-  std::string digits = fmt::format("{:.0f}", value);
-  std::string out;
-  const std::size_t first = digits.size() % 3 == 0 ? 3 : digits.size() % 3;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (i == first || (i > first && (i - first) % 3 == 0))) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
-
 // The CPUs this process tree may use: the loader's count, else the probe's, capped by a
 // cgroup CPU quota. 0 when nothing is known.
 double usable_cores(const LoaderStats& stats, const SystemInfo& system) {
@@ -99,7 +88,7 @@ void add_findings(const LoaderStats& stats, const SystemInfo& system, const Work
   auto& f = d.findings;
   if (stats.batches > 0 && stats.epoch_seconds > 0) {
     f.push_back(fmt::format("throughput: {} samples/s, {}/s over {} ({} batches, {} samples)",
-                            thousands(stats.samples_per_second()),
+                            detail::format_count(stats.samples_per_second()),
                             detail::format_bytes(static_cast<std::size_t>(stats.bytes_per_second())),
                             seconds_text(stats.epoch_seconds), stats.batches, stats.samples));
     f.push_back(fmt::format("consumer waited {} of the time ({} per batch)",
