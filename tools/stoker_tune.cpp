@@ -495,6 +495,13 @@ class Tuner {
 
     // The loader's own figures, narrowed to the timed window where the tool measured it.
     stoker::LoaderStats window = last;
+    // A loader that does not report per-worker figures still has its workers: count them, with
+    // their busy time unknown.
+    for (std::size_t w = window.workers.size(); w < static_cast<std::size_t>(s.workers); ++w) {
+      stoker::WorkerStats unknown;
+      unknown.worker_id = w;
+      window.workers.push_back(unknown);
+    }
     window.batches = r.batches;
     window.samples = r.samples;
     window.bytes = static_cast<std::uint64_t>(r.bytes_per_s * r.seconds);
