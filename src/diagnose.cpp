@@ -28,7 +28,8 @@ std::string seconds_text(double s) {
 // cgroup CPU quota. 0 when nothing is known.
 double usable_cores(const LoaderStats& stats, const SystemInfo& system) {
   double cores = static_cast<double>(stats.logical_cpus);
-  if (cores <= 0 && system.logical_cpus.value) cores = static_cast<double>(*system.logical_cpus.value);
+  if (cores <= 0 && system.logical_cpus.value)
+    cores = static_cast<double>(*system.logical_cpus.value);
   if (system.cpu_quota.value && *system.cpu_quota.value > 0) {
     cores = cores > 0 ? std::min(cores, *system.cpu_quota.value) : *system.cpu_quota.value;
   }
@@ -87,10 +88,11 @@ void add_findings(const LoaderStats& stats, const SystemInfo& system, const Work
                   double cores, const std::optional<MemoryUse>& memory, Diagnosis& d) {
   auto& f = d.findings;
   if (stats.batches > 0 && stats.epoch_seconds > 0) {
-    f.push_back(fmt::format("throughput: {} samples/s, {}/s over {} ({} batches, {} samples)",
-                            detail::format_count(stats.samples_per_second()),
-                            detail::format_bytes(static_cast<std::size_t>(stats.bytes_per_second())),
-                            seconds_text(stats.epoch_seconds), stats.batches, stats.samples));
+    f.push_back(
+        fmt::format("throughput: {} samples/s, {}/s over {} ({} batches, {} samples)",
+                    detail::format_count(stats.samples_per_second()),
+                    detail::format_bytes(static_cast<std::size_t>(stats.bytes_per_second())),
+                    seconds_text(stats.epoch_seconds), stats.batches, stats.samples));
     f.push_back(fmt::format("consumer waited {} of the time ({} per batch)",
                             percent(stats.wait_fraction()),
                             seconds_text(stats.wait_per_batch_seconds())));
@@ -104,8 +106,8 @@ void add_findings(const LoaderStats& stats, const SystemInfo& system, const Work
       split = fmt::format(" (get {}, collate {}, write {})", percent(w.get_seconds / stages),
                           percent(w.collate_seconds / stages), percent(w.write_seconds / stages));
     }
-    f.push_back(fmt::format("workers: {}, {} busy on average{}", w.count, percent(w.mean_busy),
-                            split));
+    f.push_back(
+        fmt::format("workers: {}, {} busy on average{}", w.count, percent(w.mean_busy), split));
   } else {
     f.push_back(fmt::format("workers: {} (busy time not measured)", w.count));
   }
@@ -126,10 +128,9 @@ void add_findings(const LoaderStats& stats, const SystemInfo& system, const Work
                             detail::format_bytes(memory->limit)));
   }
   if (stats.tree_pss_bytes() > 0) {
-    f.push_back(fmt::format("loader processes: {} PSS (main {}, ring {})",
-                            detail::format_bytes(stats.tree_pss_bytes()),
-                            detail::format_bytes(stats.main_pss_bytes),
-                            detail::format_bytes(stats.ring_bytes)));
+    f.push_back(fmt::format(
+        "loader processes: {} PSS (main {}, ring {})", detail::format_bytes(stats.tree_pss_bytes()),
+        detail::format_bytes(stats.main_pss_bytes), detail::format_bytes(stats.ring_bytes)));
   }
   if (system.swap_used.value && *system.swap_used.value > 0) {
     f.push_back(fmt::format("swap in use: {}", detail::format_bytes(*system.swap_used.value)));
@@ -193,9 +194,9 @@ Diagnosis diagnose(const LoaderStats& stats, const SystemInfo& system,
       d.suggested_batch_size = batch_size / 2;
       fix += fmt::format("{}batch_size={}", fix.empty() ? "" : " or ", batch_size / 2);
     }
-    d.summary = fmt::format("memory: {} of {} ({} of {})", percent(memory->fraction),
-                            memory->against, detail::format_bytes(memory->used),
-                            detail::format_bytes(memory->limit));
+    d.summary =
+        fmt::format("memory: {} of {} ({} of {})", percent(memory->fraction), memory->against,
+                    detail::format_bytes(memory->used), detail::format_bytes(memory->limit));
     if (!fix.empty()) d.summary += " → " + fix;
     d.advice = fmt::format(
         "Peak memory grows with (num_workers + 1) x batch_size x bytes per sample: use fewer "
@@ -270,10 +271,10 @@ Diagnosis diagnose(const LoaderStats& stats, const SystemInfo& system,
   const double idle_cores = cores * (1.0 - busy);
   if ((stats.cpu_busy_fraction || busy_estimated) && busy >= thresholds.cpu_busy_fraction) {
     d.verdict = Verdict::kCpuSaturated;
-    d.summary = fmt::format("cpu-saturated: the consumer waited {} of the time and the CPUs are "
-                            "{}{} busy ({} cores)",
-                            percent(wait), busy_estimated ? "about " : "", percent(busy),
-                            cores_text(cores));
+    d.summary = fmt::format(
+        "cpu-saturated: the consumer waited {} of the time and the CPUs are "
+        "{}{} busy ({} cores)",
+        percent(wait), busy_estimated ? "about " : "", percent(busy), cores_text(cores));
     const auto fit = static_cast<std::size_t>(std::max(1.0, std::floor(cores) - 1.0));
     if (w.count > fit) {
       d.suggested_num_workers = fit;
@@ -293,20 +294,23 @@ Diagnosis diagnose(const LoaderStats& stats, const SystemInfo& system,
   // 6. Cores to spare while the consumer waits: more workers.
   std::string evidence;
   std::optional<std::size_t> more;
+  const bool cpu_known = stats.cpu_busy_fraction.has_value() || busy_estimated;
   const std::string idle_text =
-      cores > 0 ? fmt::format("{}{} of {} cores {} idle", busy_estimated ? "about " : "",
-                              cores_text(idle_cores), cores_text(cores),
-                              idle_cores >= 0.95 && idle_cores < 1.5 ? "is" : "are")
-                : std::string("the number of cores is unknown");
-  const auto extra = static_cast<std::size_t>(std::max(1.0, std::floor(idle_cores + 0.05)));
+      !cpu_known  ? std::string("the CPUs' load is unknown")
+      : cores > 0 ? fmt::format("{}{} of {} cores {} idle", busy_estimated ? "about " : "",
+                                cores_text(idle_cores), cores_text(cores),
+                                idle_cores >= 0.95 && idle_cores < 1.5 ? "is" : "are")
+                  : std::string("the number of cores is unknown");
+  const auto extra =
+      cpu_known ? static_cast<std::size_t>(std::max(1.0, std::floor(idle_cores + 0.05))) : 1;
   if (w.count == 0) {
-    evidence = fmt::format("the consumer waited {} of the time loading in its own thread "
-                           "(num_workers=0) and {}",
-                           percent(wait), idle_text);
+    evidence = fmt::format(
+        "the consumer waited {} of the time loading in its own thread "
+        "(num_workers=0) and {}",
+        percent(wait), idle_text);
     more = extra;
     d.advice = fmt::format(
-        "Load in worker processes: num_workers={} overlaps loading with the training step.",
-        extra);
+        "Load in worker processes: num_workers={} overlaps loading with the training step.", extra);
   } else if (w.busy_known && w.mean_busy < 0.8) {
     evidence = fmt::format("the consumer waited {} of the time but workers are only {} busy; {}",
                            percent(wait), percent(w.mean_busy), idle_text);

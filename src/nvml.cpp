@@ -65,8 +65,8 @@ void unload(Nvml& n) {
 void load(Nvml& n) {
   n.tried = true;
   const char* path = std::getenv("STOKER_NVML");
-  n.handle = dlopen(path != nullptr && *path != '\0' ? path : "libnvidia-ml.so.1",
-                    RTLD_NOW | RTLD_LOCAL);
+  n.handle =
+      dlopen(path != nullptr && *path != '\0' ? path : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (n.handle == nullptr) return;
   const bool all = resolve(n.handle, "nvmlInit_v2", n.init) &&
                    resolve(n.handle, "nvmlShutdown", n.shutdown) &&

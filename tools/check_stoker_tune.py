@@ -1,17 +1,22 @@
 """Checks stoker-tune end to end (registered with ctest by tools/CMakeLists.txt).
 
-usage: check_stoker_tune.py {grid,progressive,bad_flags} STOKER_TUNE WORKDIR [RSVG_CONVERT]
+usage: check_stoker_tune.py {grid,progressive,sources,bad_flags} STOKER_TUNE WORKDIR
+                            [RSVG_CONVERT] [images]
 
 grid / progressive: a short run on the tiny workload; the JSON must carry every key, each
 result its figures, and the recommendation must be a measured setting within 5% of the best;
 the SVG must parse as XML with two panels, a line per batch size and a legend, and render to
-PNG when rsvg-convert is given. bad_flags: each bad command line exits 2 with the usage.
+PNG when rsvg-convert is given. sources: a .npy file, a token shard and (with `images`) an
+image folder, written here, each tuned briefly. bad_flags: each bad command line exits 2 with
+the usage.
 """
 import json
 import os
+import struct
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+import zlib
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -112,6 +117,49 @@ def check_run(mode, tool, workdir, rsvg):
     check_svg(svg, results, rsvg, workdir)
 
 
+def write_npy(path, rows, cols):
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }" % (rows, cols)
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+        f.write(struct.pack("<%df" % (rows * cols), *[float(i) for i in range(rows * cols)]))
+
+
+def write_png(path, side, shade):
+    def chunk(kind, data):
+        return (struct.pack(">I", len(data)) + kind + data +
+                struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+    rows = b"".join(b"\x00" + bytes([shade, 255 - shade, 128]) * side for _ in range(side))
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" +
+                chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)) +
+                chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def check_sources(tool, workdir, images):
+    npy = os.path.join(workdir, "x.npy")
+    write_npy(npy, 2000, 16)
+    tokens = os.path.join(workdir, "tokens.bin")
+    with open(tokens, "wb") as f:
+        f.write(struct.pack("<20000H", *[i % 50257 for i in range(20000)]))
+    sources = [["--npy", npy], ["--tokens", tokens, "--window", "64"]]
+    if images:
+        root = os.path.join(workdir, "images")
+        for label in ("cat", "dog"):
+            os.makedirs(os.path.join(root, label), exist_ok=True)
+            for i in range(4):
+                write_png(os.path.join(root, label, "%d.png" % i), 32, 40 * i)
+        sources.append(["--images", root])
+    for source in sources:
+        p = run(tool, source + ["--strategy", "grid", "--workers", "0,1", "--batch", "4",
+                                "--seconds", "0.1", "--warmup", "0.05", "--json"])
+        if p.returncode != 0:
+            fail("%r exited %d:\n%s" % (source, p.returncode, p.stderr))
+        results = json.loads(p.stdout)["results"]
+        if len(results) != 2 or not all(r["ok"] for r in results):
+            fail("%r: %r" % (source, results))
+
+
 def check_bad_flags(tool):
     cases = [
         [],
@@ -142,6 +190,8 @@ def main():
     os.makedirs(workdir, exist_ok=True)
     if mode == "bad_flags":
         check_bad_flags(tool)
+    elif mode == "sources":
+        check_sources(tool, workdir, "images" in sys.argv[5:])
     else:
         check_run(mode, tool, workdir, rsvg)
     print("check_stoker_tune: %s passed" % mode)

@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -111,8 +111,8 @@ double parse_seconds(const std::string& flag, const std::string& text, double lo
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
   if (text.empty() || end == text.c_str() || *end != '\0' || !(v >= low) || v > 3600) {
-    usage_error(fmt::format("{} must be a number of seconds from {} to 3600, not '{}'", flag,
-                            low, text));
+    usage_error(
+        fmt::format("{} must be a number of seconds from {} to 3600, not '{}'", flag, low, text));
   }
   return v;
 }
@@ -124,8 +124,8 @@ std::vector<long> parse_list(const std::string& flag, const std::string& text, l
   std::string item;
   while (std::getline(in, item, ',')) values.push_back(parse_whole(flag, item, low, high));
   if (values.empty() || text.back() == ',') {
-    usage_error(fmt::format("{} takes a comma-separated list, e.g. {} 1,2,4, not '{}'", flag,
-                            flag, text));
+    usage_error(
+        fmt::format("{} takes a comma-separated list, e.g. {} 1,2,4, not '{}'", flag, flag, text));
   }
   std::sort(values.begin(), values.end());
   values.erase(std::unique(values.begin(), values.end()), values.end());
@@ -173,8 +173,7 @@ Args parse(int argc, char** argv) {
         a.workers.push_back(static_cast<int>(w));
       }
     } else if (flag == "--batch") {
-      for (const long b :
-           parse_list(flag, value(), 1, static_cast<long>(stoker::kMaxBatchSize))) {
+      for (const long b : parse_list(flag, value(), 1, static_cast<long>(stoker::kMaxBatchSize))) {
         a.batches.push_back(static_cast<std::size_t>(b));
       }
     } else if (flag == "--seconds") {
@@ -207,16 +206,19 @@ Args parse(int argc, char** argv) {
   if (a.window && a.source_kind != "tokens") usage_error("--window goes with --tokens");
   if (a.strategy == "progressive") {
     if (!a.workers.empty()) {
-      usage_error("--workers lists the grid's worker counts: use --strategy grid, or "
-                  "--max-workers to bound the progressive search");
+      usage_error(
+          "--workers lists the grid's worker counts: use --strategy grid, or "
+          "--max-workers to bound the progressive search");
     }
     if (a.batches.size() > 1) {
-      usage_error("--strategy progressive takes one --batch (the size to start from); give a "
-                  "list with --strategy grid");
+      usage_error(
+          "--strategy progressive takes one --batch (the size to start from); give a "
+          "list with --strategy grid");
     }
   } else if (a.max_workers != 0) {
-    usage_error("--max-workers bounds the progressive search; with --strategy grid, list the "
-                "counts with --workers");
+    usage_error(
+        "--max-workers bounds the progressive search; with --strategy grid, list the "
+        "counts with --workers");
   }
   return a;
 }
@@ -327,10 +329,10 @@ struct Setting {
 struct Result {
   Setting setting;
   bool ok = false;
-  std::string error;        // why it could not run
+  std::string error;  // why it could not run
   double samples_per_s = 0;
   double bytes_per_s = 0;
-  double seconds = 0;       // the timed window
+  double seconds = 0;  // the timed window
   std::uint64_t batches = 0;
   std::uint64_t samples = 0;
   std::uint64_t peak_pss = 0;
@@ -366,8 +368,8 @@ class Tuner {
   Result measure(Setting s) {
     Result r;
     r.setting = s;
-    const std::string label = fmt::format("stoker-tune: num_workers={} batch_size={}", s.workers,
-                                          s.batch);
+    const std::string label =
+        fmt::format("stoker-tune: num_workers={} batch_size={}", s.workers, s.batch);
     try {
       run(s, r, label);
     } catch (const std::exception& e) {
@@ -426,9 +428,9 @@ class Tuner {
         if (!timed) {
           ++seen;
           progress_.show(label + " warm-up",
-                         args_.warmup > 0 ? std::chrono::duration<double>(now - start).count() /
-                                                args_.warmup
-                                          : 1.0);
+                         args_.warmup > 0
+                             ? std::chrono::duration<double>(now - start).count() / args_.warmup
+                             : 1.0);
           if (!by_epochs && seen >= warm_batches &&
               now - start >= std::chrono::duration<double>(args_.warmup)) {
             timed = true;
@@ -449,8 +451,8 @@ class Tuner {
         const double elapsed = std::chrono::duration<double>(now - t0).count();
         if (by_epochs) {
           const double per_epoch = static_cast<double>(loader.size());
-          progress_.show(label, (timed_epochs + static_cast<double>(in_epoch) / per_epoch) /
-                                    args_.epochs);
+          progress_.show(label,
+                         (timed_epochs + static_cast<double>(in_epoch) / per_epoch) / args_.epochs);
         } else {
           progress_.show(label, elapsed / args_.seconds);
           if (elapsed >= args_.seconds) {
@@ -545,7 +547,8 @@ std::vector<Result> run_grid(Tuner<D>& tuner, const Args& a, std::size_t cores,
 
 bool swapped(Result& r) {
   if (r.swap_rise <= kSwapRiseBytes) return false;
-  r.note = fmt::format("swap in use rose by {}: stop", format_bytes(static_cast<std::size_t>(r.swap_rise)));
+  r.note = fmt::format("swap in use rose by {}: stop",
+                       format_bytes(static_cast<std::size_t>(r.swap_rise)));
   return true;
 }
 
@@ -556,9 +559,8 @@ std::vector<Result> run_progressive(Tuner<D>& tuner, const Args& a, std::size_t 
   const std::size_t batch0 = a.batches.empty() ? default_batch : a.batches.front();
   const int start = std::max(1, static_cast<int>(std::lround(static_cast<double>(cores) / 4.0)));
   const int step = std::max(1, static_cast<int>(cores / 8));
-  const int most = a.max_workers > 0
-                       ? a.max_workers
-                       : std::min(stoker::kMaxWorkers, static_cast<int>(2 * cores));
+  const int most = a.max_workers > 0 ? a.max_workers
+                                     : std::min(stoker::kMaxWorkers, static_cast<int>(2 * cores));
 
   // Workers: add until the gain is under 5%, throughput falls, or swap use rises.
   std::optional<std::size_t> best;  // index into results
@@ -643,8 +645,9 @@ std::optional<Recommendation> recommend(const std::vector<Result>& results) {
   Recommendation rec{pick, *best, {}};
   const Result& p = results[pick];
   const Result& b = results[*best];
-  const std::string head = fmt::format("num_workers={}, batch_size={}: {} samples/s", p.setting.workers,
-                                       p.setting.batch, format_count(p.samples_per_s));
+  const std::string head =
+      fmt::format("num_workers={}, batch_size={}: {} samples/s", p.setting.workers, p.setting.batch,
+                  format_count(p.samples_per_s));
   if (pick == *best) {
     rec.reason = head + ", the best measured";
   } else {
@@ -711,8 +714,7 @@ std::string to_json(const Args& a, const Report& rep, const std::vector<Result>&
   j += fmt::format(
       "  \"dataset\": {{\"source\": {}, \"name\": {}, \"samples\": {}, \"bytes_per_sample\": "
       "{}}},\n",
-      json_string(a.source_kind), json_string(a.source), rep.dataset_samples,
-      rep.bytes_per_sample);
+      json_string(a.source_kind), json_string(a.source), rep.dataset_samples, rep.bytes_per_sample);
   const stoker::SystemInfo& s = *rep.system;
   j += fmt::format(
       "  \"system\": {{\"usable_cores\": {}, \"logical_cpus\": {}, \"physical_cores\": {}, "
@@ -768,18 +770,18 @@ std::string table(const std::vector<Result>& results, const std::optional<Recomm
                               "batch", "samples/s", "MB/s", "peak PSS", "wait", "verdict", "note");
   for (std::size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
-    std::string note = r.note;
-    if (rec && i == rec->index) note = "<- recommended" + (note.empty() ? "" : "; " + note);
-    if (rec && i == rec->best && i != rec->index) note = "best; " + note;
+    std::string note;
+    if (rec && i == rec->index) note = "<- recommended";
+    if (rec && i == rec->best && i != rec->index) note = "best";
+    if (!r.note.empty()) note += (note.empty() ? "" : "; ") + r.note;
     if (!r.ok) {
       t += fmt::format("{:>7} {:>6} {:>11} {}\n", r.setting.workers, r.setting.batch, "failed",
                        r.error);
       continue;
     }
-    t += fmt::format("{:>7} {:>6} {:>11} {:>9.1f} {:>10} {:>4.0f}%  {:<14} {}\n",
-                     r.setting.workers, r.setting.batch, format_count(r.samples_per_s),
-                     r.bytes_per_s / 1e6, format_bytes(r.peak_pss), r.wait_fraction * 100,
-                     r.verdict, note);
+    t += fmt::format("{:>7} {:>6} {:>11} {:>9.1f} {:>10} {:>4.0f}%  {:<14} {}\n", r.setting.workers,
+                     r.setting.batch, format_count(r.samples_per_s), r.bytes_per_s / 1e6,
+                     format_bytes(r.peak_pss), r.wait_fraction * 100, r.verdict, note);
   }
   return t;
 }
@@ -869,15 +871,15 @@ std::string render_svg(const std::string& title, const std::vector<Result>& resu
   if (rec) {
     const Result& p = results[rec->index];
     const Result& b = results[rec->best];
-    std::string caption = fmt::format("recommended: num_workers={}, batch_size={}: {} samples/s, {} peak",
-                                      p.setting.workers, p.setting.batch,
-                                      format_count(p.samples_per_s), format_bytes(p.peak_pss));
+    std::string caption = fmt::format(
+        "recommended: num_workers={}, batch_size={}: {} samples/s, {} peak", p.setting.workers,
+        p.setting.batch, format_count(p.samples_per_s), format_bytes(p.peak_pss));
     if (rec->index != rec->best) {
       caption += fmt::format(" (best: {} samples/s at num_workers={}, batch_size={})",
                              format_count(b.samples_per_s), b.setting.workers, b.setting.batch);
     }
-    svg += fmt::format("<text x=\"{}\" y=\"50\" text-anchor=\"middle\">{}</text>\n",
-                       kWidth / 2, xml_text(caption));
+    svg += fmt::format("<text x=\"{}\" y=\"50\" text-anchor=\"middle\">{}</text>\n", kWidth / 2,
+                       xml_text(caption));
   }
 
   struct Panel {
@@ -886,9 +888,9 @@ std::string render_svg(const std::string& title, const std::vector<Result>& resu
     double top_value;
     bool memory;
   };
-  const Panel panels[] = {{80, "throughput (samples/s)", max_sps, false},
-                          {80 + kPanelW + 110, "peak memory, PSS of the process tree (MiB)",
-                           max_mib, true}};
+  const Panel panels[] = {
+      {80, "throughput (samples/s)", max_sps, false},
+      {80 + kPanelW + 110, "peak memory, PSS of the process tree (MiB)", max_mib, true}};
   for (const Panel& p : panels) {
     const double step = nice_step(p.top_value * 1.1, 5);
     const double top = std::max(step, std::ceil(p.top_value * 1.1 / step) * step);
@@ -896,9 +898,10 @@ std::string render_svg(const std::string& title, const std::vector<Result>& resu
       return p.left + (w - min_w) * kPanelW / static_cast<double>(max_w - min_w);
     };
     auto y_of = [&](double v) { return kTop + kPanelH - v / top * kPanelH; };
-    svg += fmt::format("<g class=\"panel\">\n<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" "
-                       "font-weight=\"bold\">{}</text>\n",
-                       p.left + kPanelW / 2, kTop - 12, xml_text(p.label));
+    svg += fmt::format(
+        "<g class=\"panel\">\n<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" "
+        "font-weight=\"bold\">{}</text>\n",
+        p.left + kPanelW / 2, kTop - 12, xml_text(p.label));
     // Grid lines and y ticks.
     for (double v = 0; v <= top + step / 2; v += step) {
       const double y = y_of(v);
@@ -921,8 +924,7 @@ std::string render_svg(const std::string& title, const std::vector<Result>& resu
         "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#000\"/>\n"
         "<line x1=\"{0:.1f}\" y1=\"{2:.1f}\" x2=\"{3:.1f}\" y2=\"{2:.1f}\" stroke=\"#000\"/>\n"
         "<text x=\"{4:.1f}\" y=\"{5:.1f}\" text-anchor=\"middle\">num_workers</text>\n",
-        p.left, kTop, kTop + kPanelH, p.left + kPanelW, p.left + kPanelW / 2,
-        kTop + kPanelH + 36);
+        p.left, kTop, kTop + kPanelH, p.left + kPanelW, p.left + kPanelW / 2, kTop + kPanelH + 36);
     // One line per batch size.
     std::size_t colour = 0;
     for (const auto& [batch, points] : series) {
@@ -933,9 +935,10 @@ std::string render_svg(const std::string& title, const std::vector<Result>& resu
         path += fmt::format("{}{:.1f},{:.1f}", path.empty() ? "" : " ", x_of(r->setting.workers),
                             y_of(v));
       }
-      svg += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" "
-                         "points=\"{}\"/>\n",
-                         c, path);
+      svg += fmt::format(
+          "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" "
+          "points=\"{}\"/>\n",
+          c, path);
       for (const Result* r : points) {
         const double v = p.memory ? static_cast<double>(r->peak_pss) / 1048576.0 : r->samples_per_s;
         svg += fmt::format(
@@ -944,9 +947,10 @@ std::string render_svg(const std::string& title, const std::vector<Result>& resu
             x_of(r->setting.workers), y_of(v), c, r->setting.workers, batch,
             format_count(r->samples_per_s), format_bytes(r->peak_pss));
         if (rec && r == &results[rec->index]) {
-          svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"9\" fill=\"none\" "
-                             "stroke=\"#000\" stroke-width=\"2\"/>\n",
-                             x_of(r->setting.workers), y_of(v));
+          svg += fmt::format(
+              "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"9\" fill=\"none\" "
+              "stroke=\"#000\" stroke-width=\"2\"/>\n",
+              x_of(r->setting.workers), y_of(v));
         }
       }
     }
@@ -1002,8 +1006,8 @@ int tune(D dataset, const Args& a, std::size_t default_batch, const Clock::time_
                                         a.source_kind, a.source, rep.cores, a.strategy);
   std::string text = table(results, rec);
   if (rec) {
-    text += fmt::format("\nrecommended: {}\n  at it: {}\n", rec->reason,
-                        results[rec->index].diagnosis);
+    text +=
+        fmt::format("\nrecommended: {}\n  at it: {}\n", rec->reason, results[rec->index].diagnosis);
   } else {
     text += "\nno setting could be measured; see the errors above\n";
   }

@@ -169,8 +169,7 @@ TEST_CASE("diagnose: compute-bound with idle workers suggests fewer", "[diagnose
   const Diagnosis d = diagnose(epoch(0.01, 8, 0.2, 0.4), roomy());
   CHECK(d.verdict == Verdict::kComputeBound);
   CHECK(d.suggested_num_workers == std::optional<std::size_t>(2));
-  CHECK(d.summary.find("workers are only 20% busy → num_workers=2 would do") !=
-        std::string::npos);
+  CHECK(d.summary.find("workers are only 20% busy → num_workers=2 would do") != std::string::npos);
 }
 
 TEST_CASE("diagnose: compute-bound beats high iowait and busy CPUs", "[diagnose][precedence]") {
