@@ -275,13 +275,15 @@ Diagnosis diagnose(const LoaderStats& stats, const SystemInfo& system,
         "cpu-saturated: the consumer waited {} of the time and the CPUs are "
         "{}{} busy ({} cores)",
         percent(wait), busy_estimated ? "about " : "", percent(busy), cores_text(cores));
-    const auto fit = static_cast<std::size_t>(std::max(1.0, std::floor(cores) - 1.0));
+    // More workers than cores only take turns on them: one per core loses nothing.
+    const auto fit = static_cast<std::size_t>(std::max(1.0, std::floor(cores)));
     if (w.count > fit) {
       d.suggested_num_workers = fit;
       d.summary += fmt::format(" → num_workers={}", fit);
       d.advice = fmt::format(
-          "{} workers on {} cores compete with each other and the training loop: "
-          "num_workers={} loses nothing and switches less. ",
+          "{} workers on {} cores take turns on them (context switches, caches lost): "
+          "num_workers={} loads as fast with less memory; fewer still leaves a core to the "
+          "training loop when it needs one. ",
           w.count, cores_text(cores), fit);
     }
     d.advice +=

@@ -255,6 +255,27 @@ std::uint64_t kb_field(const std::string& text, const std::string& key) {
   return 0;
 }
 
+// The machine's CPU time so far, from the first line of /proc/stat (clock ticks).
+struct CpuTimes {
+  std::uint64_t busy = 0;
+  std::uint64_t iowait = 0;
+  std::uint64_t total = 0;
+};
+
+CpuTimes cpu_times() {
+  std::stringstream line(read_file("/proc/stat"));
+  std::string cpu;
+  // user nice system idle iowait irq softirq steal (guest time is inside user already)
+  std::uint64_t v[8] = {};
+  line >> cpu;
+  for (std::uint64_t& x : v) line >> x;
+  CpuTimes t;
+  for (const std::uint64_t x : v) t.total += x;
+  t.iowait = v[4];
+  t.busy = t.total - v[3] - v[4];
+  return t;
+}
+
 std::int64_t swap_used_bytes() {
   const std::string meminfo = read_file("/proc/meminfo");
   return static_cast<std::int64_t>(kb_field(meminfo, "SwapTotal")) -
@@ -337,6 +358,8 @@ struct Result {
   std::uint64_t samples = 0;
   std::uint64_t peak_pss = 0;
   double wait_fraction = 0;
+  std::optional<double> cpu_busy;  // the machine's, over the timed window
+  std::optional<double> iowait;
   std::int64_t swap_rise = 0;
   std::string verdict;
   std::string diagnosis;
@@ -411,6 +434,8 @@ class Tuner {
     bool done = false;
     Clock::time_point t0{};
     Clock::time_point t1{};
+    CpuTimes cpu0;
+    CpuTimes cpu1;
     double wait_done = 0;  // waits of the finished epochs
     double wait0 = 0;
     double wait1 = 0;
@@ -435,6 +460,7 @@ class Tuner {
               now - start >= std::chrono::duration<double>(args_.warmup)) {
             timed = true;
             t0 = now;
+            cpu0 = cpu_times();
             wait0 = wait_done + loader.stats().wait_seconds;
             r.peak_pss = std::max(r.peak_pss, tree_pss_bytes());
             next_pss = Clock::now() + kPssInterval;
@@ -457,6 +483,7 @@ class Tuner {
           progress_.show(label, elapsed / args_.seconds);
           if (elapsed >= args_.seconds) {
             t1 = now;
+            cpu1 = cpu_times();
             last = loader.stats();
             wait1 = wait_done + last.wait_seconds;
             done = true;
@@ -474,12 +501,14 @@ class Tuner {
       if (!timed) {  // the warm-up epoch is over
         timed = true;
         t0 = Clock::now();
+        cpu0 = cpu_times();
         wait0 = wait_done;
         r.peak_pss = std::max(r.peak_pss, tree_pss_bytes());
         continue;
       }
       if (++timed_epochs == args_.epochs) {
         t1 = Clock::now();
+        cpu1 = cpu_times();
         wait1 = wait_done;
         last = after;
         done = true;
@@ -494,6 +523,11 @@ class Tuner {
     r.samples_per_s = static_cast<double>(r.samples) / r.seconds;
     r.bytes_per_s /= r.seconds;
     r.wait_fraction = std::clamp((wait1 - wait0) / r.seconds, 0.0, 1.0);
+    if (cpu1.total > cpu0.total) {
+      const auto ticks = static_cast<double>(cpu1.total - cpu0.total);
+      r.cpu_busy = static_cast<double>(cpu1.busy - cpu0.busy) / ticks;
+      r.iowait = static_cast<double>(cpu1.iowait - cpu0.iowait) / ticks;
+    }
 
     // The loader's own figures, narrowed to the timed window where the tool measured it.
     stoker::LoaderStats window = last;
@@ -509,6 +543,9 @@ class Tuner {
     window.bytes = static_cast<std::uint64_t>(r.bytes_per_s * r.seconds);
     window.epoch_seconds = r.seconds;
     window.wait_seconds = r.wait_fraction * r.seconds;
+    // The CPUs over the timed window, where the loader has no figures of its own.
+    if (!window.cpu_busy_fraction) window.cpu_busy_fraction = r.cpu_busy;
+    if (!window.iowait_fraction) window.iowait_fraction = r.iowait;
     const stoker::Diagnosis d = stoker::diagnose(window, system_);
     r.verdict = std::string(stoker::to_string(d.verdict));
     r.diagnosis = d.summary;
@@ -735,11 +772,13 @@ std::string to_json(const Args& a, const Report& rep, const std::vector<Result>&
     const Result& r = results[i];
     j += fmt::format(
         "    {{\"num_workers\": {}, \"batch_size\": {}, \"ok\": {}, \"samples_per_s\": {}, "
-        "\"bytes_per_s\": {}, \"peak_pss_bytes\": {}, \"wait_fraction\": {}, \"seconds\": {}, "
+        "\"bytes_per_s\": {}, \"peak_pss_bytes\": {}, \"wait_fraction\": {}, "
+        "\"cpu_busy_fraction\": {}, \"iowait_fraction\": {}, \"seconds\": {}, "
         "\"batches\": {}, \"samples\": {}, \"swap_rise_bytes\": {}, \"verdict\": {}, "
         "\"diagnosis\": {}, \"note\": {}, \"error\": {}}}{}\n",
         r.setting.workers, r.setting.batch, r.ok ? "true" : "false", json_number(r.samples_per_s),
         json_number(r.bytes_per_s), r.peak_pss, json_number(r.wait_fraction),
+        r.cpu_busy ? json_number(*r.cpu_busy) : "null", r.iowait ? json_number(*r.iowait) : "null",
         json_number(r.seconds), r.batches, r.samples, r.swap_rise,
         r.ok ? json_string(r.verdict) : "null", r.ok ? json_string(r.diagnosis) : "null",
         json_string(r.note), r.ok ? "null" : json_string(r.error),
@@ -766,8 +805,9 @@ std::string to_json(const Args& a, const Report& rep, const std::vector<Result>&
 }
 
 std::string table(const std::vector<Result>& results, const std::optional<Recommendation>& rec) {
-  std::string t = fmt::format("{:>7} {:>6} {:>11} {:>9} {:>10} {:>5}  {:<14} {}\n", "workers",
-                              "batch", "samples/s", "MB/s", "peak PSS", "wait", "verdict", "note");
+  std::string t =
+      fmt::format("{:>7} {:>6} {:>11} {:>9} {:>10} {:>5} {:>5}  {:<14} {}\n", "workers", "batch",
+                  "samples/s", "MB/s", "peak PSS", "wait", "CPU", "verdict", "note");
   for (std::size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
     std::string note;
@@ -779,9 +819,10 @@ std::string table(const std::vector<Result>& results, const std::optional<Recomm
                        r.error);
       continue;
     }
-    t += fmt::format("{:>7} {:>6} {:>11} {:>9.1f} {:>10} {:>4.0f}%  {:<14} {}\n", r.setting.workers,
-                     r.setting.batch, format_count(r.samples_per_s), r.bytes_per_s / 1e6,
-                     format_bytes(r.peak_pss), r.wait_fraction * 100, r.verdict, note);
+    t += fmt::format("{:>7} {:>6} {:>11} {:>9.1f} {:>10} {:>4.0f}% {:>5}  {:<14} {}\n",
+                     r.setting.workers, r.setting.batch, format_count(r.samples_per_s),
+                     r.bytes_per_s / 1e6, format_bytes(r.peak_pss), r.wait_fraction * 100,
+                     r.cpu_busy ? fmt::format("{:.0f}%", *r.cpu_busy * 100) : "?", r.verdict, note);
   }
   return t;
 }

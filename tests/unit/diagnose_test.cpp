@@ -91,24 +91,29 @@ TEST_CASE("diagnose: data-bound with idle workers points at the hand-off, not th
 }
 
 TEST_CASE("diagnose: every core busy is cpu-saturated, with fewer workers", "[diagnose]") {
-  const Diagnosis d = diagnose(epoch(0.41, 8, 0.99, 0.97), roomy());
+  const Diagnosis d = diagnose(epoch(0.41, 12, 0.7, 0.97), roomy());
   CHECK(d.verdict == Verdict::kCpuSaturated);
   CHECK(d.summary ==
         "cpu-saturated: the consumer waited 41% of the time and the CPUs are 97% busy (8 cores) "
-        "→ num_workers=7");
-  CHECK(d.suggested_num_workers == std::optional<std::size_t>(7));
+        "→ num_workers=8");
+  CHECK(d.suggested_num_workers == std::optional<std::size_t>(8));
   CHECK(d.advice.find("More workers cannot help") != std::string::npos);
+  // As many workers as cores: nothing to take away, only the work per sample to cut.
+  const Diagnosis at_cores = diagnose(epoch(0.41, 8, 0.99, 0.97), roomy());
+  CHECK(at_cores.verdict == Verdict::kCpuSaturated);
+  CHECK_FALSE(at_cores.suggested_num_workers.has_value());
+  CHECK(at_cores.advice.rfind("More workers cannot help", 0) == 0);
 }
 
 TEST_CASE("diagnose: without /proc/stat figures the workers' busy time estimates the CPUs",
           "[diagnose]") {
-  LoaderStats s = epoch(0.5, 2, 1.0, 0);
+  LoaderStats s = epoch(0.5, 3, 1.0, 0);
   s.cpu_busy_fraction.reset();
   s.iowait_fraction.reset();
   s.logical_cpus = 2;
   const Diagnosis d = diagnose(s, roomy());
   CHECK(d.verdict == Verdict::kCpuSaturated);
-  CHECK(d.summary.find("the CPUs are about 100% busy (2 cores) → num_workers=1") !=
+  CHECK(d.summary.find("the CPUs are about 100% busy (2 cores) → num_workers=2") !=
         std::string::npos);
 }
 
