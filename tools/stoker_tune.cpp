@@ -1052,7 +1052,8 @@ int tune(D dataset, const Args& a, std::size_t default_batch, const Clock::time_
   } else {
     text += "\nno setting could be measured; see the errors above\n";
   }
-  text += fmt::format("measured {} settings in {:.1f} s\n", results.size(), rep.elapsed_s);
+  text += fmt::format("measured {} setting{} in {:.1f} s\n", results.size(),
+                      results.size() == 1 ? "" : "s", rep.elapsed_s);
   std::fputs(text.c_str(), a.json ? stderr : stdout);
   if (a.json) std::fputs(to_json(a, rep, results, rec).c_str(), stdout);
   if (!a.svg.empty()) {
