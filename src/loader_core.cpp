@@ -50,6 +50,7 @@
 #include "ring.hpp"
 #include "slot_io.hpp"
 #include "spin.hpp"
+#include "stats_collector.hpp"
 #include "stoker/distributed.hpp"
 #include "stoker/errors.hpp"
 #include "stoker/memory.hpp"
@@ -149,6 +150,12 @@ struct Plan {
   bool has_batches() const noexcept { return iterable || num_batches > 0; }
 };
 
+std::string trace_path_for(const LoaderOptions& o) {
+  if (!o.trace_path.empty()) return o.trace_path;
+  const char* env = std::getenv("STOKER_TRACE");
+  return env != nullptr ? std::string(env) : std::string();
+}
+
 std::size_t batches_for(std::size_t n, const LoaderOptions& o) noexcept {
   return o.drop_last ? n / o.batch_size : (n + o.batch_size - 1) / o.batch_size;
 }
@@ -207,6 +214,9 @@ struct LoaderCore::Impl {
   LoaderStats stats;  // the epoch's counters; skipped/respawns filled on read
   Clock::time_point epoch_start{};
   Clock::time_point epoch_end{};  // set when the epoch's last batch has been delivered
+  StatsCollector collector;       // the rest of stats(), the trace
+  StagePolicy inline_stages;      // num_workers == 0: which batches to time stage by stage
+  Clock::time_point last_health_log{};
 
   Impl(LoaderOptions o, std::function<std::size_t()> size, ProduceFn p, DatasetProbe dp)
       : options(std::move(o)),
@@ -215,7 +225,8 @@ struct LoaderCore::Impl {
         num_workers(options.num_workers == kAuto ? 0
                                                  : static_cast<std::size_t>(options.num_workers)),
         iterable(!dataset_size),
-        dataset_probe(std::move(dp)) {
+        dataset_probe(std::move(dp)),
+        collector(options.collect_stats, trace_path_for(options)) {
     if (!iterable) return;
     const char* conflict = options.sampler                                   ? "sampler"
                            : options.batch_sampler                           ? "batch_sampler"
@@ -367,6 +378,7 @@ struct LoaderCore::Impl {
     launch.main_eventfd = shared->main_eventfd.get();
     launch.produce = &produce;
     launch.skip_samples = skip_samples();
+    launch.collect_stats = collector.enabled();
     launch.cpus = p < worker_cpus.size() ? &worker_cpus[p] : nullptr;
     launch.worker_init = &options.worker_init;
     ChannelState& channel = channels[c];
@@ -472,6 +484,8 @@ struct LoaderCore::Impl {
     stats.workers_recycled = recycled;
     epoch_start = Clock::now();
     epoch_end = {};
+    collector.begin_epoch(num_workers, epoch, now_ns());
+    last_health_log = epoch_start;
     oom_at_spawn = read_oom_kill_count();
     oom_candidate_time = {};
   }
@@ -920,6 +934,10 @@ struct LoaderCore::Impl {
         if (s / per_channel() != c || slots[s].phase != Phase::kIssued) continue;
         --channels[c].outstanding;
         slots[s].phase = live_plan(slots[s].plan) != nullptr ? Phase::kReady : Phase::kFree;
+        if (collector.enabled()) {
+          collector.on_batch_loaded(channels[c].position, channels[c].process.pid(),
+                                    ring().header(s));
+        }
         any = true;
       }
     }
@@ -974,7 +992,10 @@ struct LoaderCore::Impl {
     write_task(*s, plan, plan.issued);
     ++plan.issued;
     inline_error = nullptr;
-    load_batch(ring(), *memory, *s, nullptr, produce, skip_samples(), &inline_error);
+    load_batch(ring(), *memory, *s, nullptr, produce, skip_samples(),
+               collector.enabled() && inline_stages.next(), &inline_error);
+    inline_stages.record(ring().header(*s));
+    if (collector.enabled()) collector.on_batch_loaded(0, ::getpid(), ring().header(*s));
     slots[*s].phase = Phase::kReady;
     return true;
   }
@@ -1378,10 +1399,68 @@ struct LoaderCore::Impl {
       ++stats.batches;
       stats.samples += batch->size();
       stats.bytes += batch->nbytes();
+      if (collector.enabled() || options.log_interval.count() > 0) {
+        after_delivery(start, batch->size(), batch->nbytes());
+      }
     } else if (epoch_end == Clock::time_point{}) {
       epoch_end = Clock::now();
     }
     return batch;
+  }
+
+  // Stats beyond the counters, and the health line when it is due.
+  void after_delivery(Clock::time_point start, std::size_t samples, std::size_t bytes) {
+    const Clock::time_point end = Clock::now();
+    auto ns = [](Clock::time_point t) {
+      return static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+    };
+    collector.on_delivered(ns(start), ns(end), samples, bytes);
+    if (options.log_interval.count() > 0 && end - last_health_log >= options.log_interval &&
+        logger().should_log(spdlog::level::info)) {
+      last_health_log = end;
+      log_health();
+    }
+  }
+
+  void log_health() const {
+    const LoaderStats s = public_stats();
+    double busy = 0;
+    for (const WorkerStats& w : s.workers) busy += w.busy_fraction;
+    logger().info(
+        "stoker: epoch {} batch {}: {:.0f} samples/s ({:.0f} recent), {}/s; consumer waited "
+        "{:.0f}%; {} workers {:.0f}% busy; ring {:.0f}% ready; memory {} (tree PSS)",
+        s.epoch, s.batches, s.samples_per_second(), s.recent_samples_per_second,
+        format_bytes(static_cast<std::size_t>(s.bytes_per_second())), 100 * s.wait_fraction(),
+        s.workers.size(), s.workers.empty() ? 0.0 : 100 * busy / static_cast<double>(s.workers.size()),
+        100 * s.ring_occupancy, format_bytes(s.tree_pss_bytes()));
+  }
+
+  LoaderStats public_stats() const {
+    LoaderStats out = stats;
+    const auto end = epoch_end != Clock::time_point{} ? epoch_end : Clock::now();
+    out.epoch_seconds = epoch_start == Clock::time_point{}
+                            ? 0
+                            : std::chrono::duration<double>(end - epoch_start).count();
+    out.skipped_samples = skipped_this_epoch;
+    out.respawns = respawns_this_epoch;
+    std::vector<pid_t> pids(num_workers, 0);
+    for (std::size_t p = 0; p < num_workers && p < position_channel.size(); ++p) {
+      const ChannelState& channel = channels[position_channel[p]];
+      if (channel.running()) pids[p] = channel.process.pid();
+    }
+    collector.fill(out, pids, shared ? ring().num_slots() : 0);
+    if (shared) out.ring_bytes = ring_committed_bytes();
+    return out;
+  }
+
+  // Ring occupancy: the batches of this epoch waiting in the ring when the consumer asks.
+  void record_request() noexcept {
+    std::size_t ready = 0;
+    for (const SlotState& slot : slots) {
+      ready += slot.phase == Phase::kReady && slot.plan == current->id ? 1U : 0U;
+    }
+    collector.on_request(ready, now_ns());
   }
 
   std::optional<Batch> fetch_batch(Clock::time_point start) {
@@ -1390,11 +1469,14 @@ struct LoaderCore::Impl {
       return std::nullopt;
     }
     Clock::time_point warned_at = start;
+    bool first = true;
     for (;;) {
       check_workers(false);  // at most every kLivenessInterval, even while batches flow
       // Collect and reclaim before issuing, so every slot they free is refilled before the
       // loop can sleep; wait() returns as soon as either finds more.
       collect();
+      if (first && collector.enabled()) record_request();
+      first = false;
       reclaim();
       issue();
       skip_void_batches();
@@ -1439,17 +1521,7 @@ BatchIterator LoaderCore::begin() {
   return BatchIterator(this, impl_->current->id);
 }
 
-LoaderStats LoaderCore::stats() const {
-  const Impl& m = *impl_;
-  LoaderStats out = m.stats;
-  const auto end = m.epoch_end != Clock::time_point{} ? m.epoch_end : Clock::now();
-  out.epoch_seconds = m.epoch_start == Clock::time_point{}
-                          ? 0
-                          : std::chrono::duration<double>(end - m.epoch_start).count();
-  out.skipped_samples = m.skipped_this_epoch;
-  out.respawns = m.respawns_this_epoch;
-  return out;
-}
+LoaderStats LoaderCore::stats() const { return impl_->public_stats(); }
 
 std::string LoaderCore::state() const { return impl_->save_state(); }
 

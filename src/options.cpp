@@ -66,6 +66,11 @@ void validate(const LoaderOptions& o) {
         "LoaderOptions::max_batches_per_worker needs num_workers > 0 (there is no worker to "
         "recycle)");
   }
+  if (o.log_interval.count() < 0) {
+    throw std::invalid_argument(fmt::format(
+        "LoaderOptions::log_interval is {} ms; it must be >= 0 (0 turns the health line off)",
+        o.log_interval.count()));
+  }
   if (o.persistent_workers && o.num_workers == 0) {
     throw std::invalid_argument(
         "LoaderOptions::persistent_workers needs num_workers > 0 (there is no worker to keep)");

@@ -24,7 +24,7 @@
 namespace stoker::detail {
 
 inline constexpr std::uint64_t kRingMagic = 0x474e49524b4f5453ULL;  // "STOKRING"
-inline constexpr std::uint32_t kRingVersion = 1;
+inline constexpr std::uint32_t kRingVersion = 2;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::size_t kPageSize = 4096;
 // A channel's queues hold at most slots_per_channel batch messages plus two stop messages
@@ -150,6 +150,15 @@ struct SlotHeader {
   std::uint32_t exhausted;    // iterable datasets: the worker's stream ended in this batch
   std::uint32_t num_skipped;  // samples skipped (OnSampleError::kSkip)
   ErrorReport skipped;
+  // Written by the loading process with the result, for stats and the trace: when it started
+  // and finished the batch (steady clock, ns), and, when `stages_timed`, the nanoseconds spent
+  // inside get() and inside the collate (the rest of the span is slot writing and bookkeeping).
+  std::uint64_t start_ns;
+  std::uint64_t end_ns;
+  std::uint64_t get_ns;
+  std::uint64_t collate_ns;
+  std::uint32_t stages_timed;
+  std::uint32_t reserved2;
   // Bytes from the slot's start that some process has backed with memory (grows only, by CAS:
   // main backs the indices, the loading process the payload). Read for memory accounting.
   std::atomic<std::uint64_t> committed;

@@ -42,7 +42,7 @@ std::size_t record_bytes(std::size_t ndim, std::size_t name_length) {
 }  // namespace
 
 SlotWriter::SlotWriter(const Ring& ring, SlotMemory& memory, std::size_t slot, Channel* channel,
-                       bool skip_samples)
+                       bool skip_samples, bool time_stages)
     : ring_(ring),
       memory_(memory),
       slot_(slot),
@@ -51,7 +51,8 @@ SlotWriter::SlotWriter(const Ring& ring, SlotMemory& memory, std::size_t slot, C
       indices_(reinterpret_cast<const std::size_t*>(ring.indices(slot)), header_.num_indices),
       cursor_(Ring::payload_start(header_.num_indices)),
       rows_(header_.num_indices),
-      skip_samples_(skip_samples) {
+      skip_samples_(skip_samples),
+      time_stages_(time_stages) {
   header_.num_kept = header_.num_indices;
   header_.exhausted = 0;
   header_.num_skipped = 0;
@@ -199,15 +200,19 @@ void SlotWriter::fail_with_current_exception() noexcept {
 }
 
 LoadOutcome load_batch(const Ring& ring, SlotMemory& memory, std::size_t s, Channel* channel,
-                       const ProduceFn& produce, bool skip_samples,
+                       const ProduceFn& produce, bool skip_samples, bool time_stages,
                        std::exception_ptr* error) noexcept {
   SlotHeader& header = ring.header(s);
   header.status = SlotStatus::kEmpty;
+  header.start_ns = now_ns();
+  header.get_ns = 0;
+  header.collate_ns = 0;
+  header.stages_timed = 0;
   if (channel != nullptr) channel->current_batch.store(header.batch + 1, std::memory_order_relaxed);
   LoadOutcome outcome = LoadOutcome::kOk;
   std::optional<SlotWriter> writer;
   try {
-    writer.emplace(ring, memory, s, channel, skip_samples);
+    writer.emplace(ring, memory, s, channel, skip_samples, time_stages);
     produce(*writer);
     writer->finish();
   } catch (const Cancelled&) {
@@ -223,6 +228,7 @@ LoadOutcome load_batch(const Ring& ring, SlotMemory& memory, std::size_t s, Chan
     outcome = LoadOutcome::kError;
   }
   end_sample_rng();
+  header.end_ns = now_ns();
   if (channel != nullptr) {
     channel->current_sample.store(kNoSample, std::memory_order_relaxed);
     channel->current_batch.store(0, std::memory_order_relaxed);

@@ -28,7 +28,7 @@ class SlotWriter final : public BatchSink {
   // `channel` is the loading worker's, or nullptr in the main process. `skip_samples`:
   // OnSampleError::kSkip.
   SlotWriter(const Ring& ring, SlotMemory& memory, std::size_t slot, Channel* channel,
-             bool skip_samples);
+             bool skip_samples, bool time_stages);
 
   Tensor alloc(std::string_view name, DType dtype, const Shape& shape) override;
   std::span<const std::size_t> indices() const noexcept override { return indices_; }
@@ -41,6 +41,12 @@ class SlotWriter final : public BatchSink {
   void begin_collate(std::size_t rows) noexcept override;
   bool skips_samples() const noexcept override { return skip_samples_; }
   void skip_sample() noexcept override;
+  bool time_stages() const noexcept override { return time_stages_; }
+  void add_stage_times(std::uint64_t get_ns, std::uint64_t collate_ns) noexcept override {
+    header_.get_ns += get_ns;
+    header_.collate_ns += collate_ns;
+    header_.stages_timed = 1;
+  }
 
   // Writes the descriptor and marks the slot kOk.
   void finish();
@@ -68,6 +74,7 @@ class SlotWriter final : public BatchSink {
   std::size_t position_ = 0;  // begin_sample() calls so far: the current sample is position_ - 1
   const char* where_ = "get()";
   bool skip_samples_;
+  bool time_stages_;
   std::vector<std::size_t> skipped_;  // positions of skipped samples (reserved when skipping)
   std::vector<std::uint64_t> scratch_;
 };
@@ -75,11 +82,27 @@ class SlotWriter final : public BatchSink {
 enum class LoadOutcome { kOk, kError, kCancelled };
 
 // Loads the batch described by slot `s`'s header: runs `produce` through a SlotWriter and leaves
-// the slot kOk or kError. When `error` is given, a failure's exception is stored there too (the
-// main process nests it in the WorkerException). Never throws.
+// the slot kOk or kError, with its start and end times (and, when `time_stages`, the time
+// inside get() and the collate) in the header. When `error` is given, a failure's exception is
+// stored there too (the main process nests it in the WorkerException). Never throws.
 LoadOutcome load_batch(const Ring& ring, SlotMemory& memory, std::size_t s, Channel* channel,
-                       const ProduceFn& produce, bool skip_samples,
+                       const ProduceFn& produce, bool skip_samples, bool time_stages,
                        std::exception_ptr* error) noexcept;
+
+// Which batches a loading process times stage by stage: every one that is slow enough for a
+// few clock reads per sample not to matter, and one in kEvery otherwise (the per-stage split
+// is then an estimate from those; the busy time is measured on every batch).
+class StagePolicy {
+ public:
+  bool next() noexcept { return last_ns_ >= kSlowNs || count_++ % kEvery == 0; }
+  void record(const SlotHeader& header) noexcept { last_ns_ = header.end_ns - header.start_ns; }
+
+ private:
+  static constexpr std::uint64_t kSlowNs = 200'000;
+  static constexpr std::uint64_t kEvery = 16;
+  std::uint64_t count_ = 0;
+  std::uint64_t last_ns_ = 0;
+};
 
 // Main process: the fields of the kOk batch in slot `s`, as views kept alive by `keeper`.
 // Throws stoker::Error when the descriptor is malformed.

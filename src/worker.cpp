@@ -146,6 +146,7 @@ void wait_for_task(Channel& channel, const WorkerLaunch& launch) noexcept {
     }
   }
 
+  StagePolicy stages;
   for (;;) {
     Message message;
     if (!channel.tasks.try_pop(message)) {
@@ -156,8 +157,10 @@ void wait_for_task(Channel& channel, const WorkerLaunch& launch) noexcept {
         channel.stop_requested.load(std::memory_order_relaxed) != 0) {
       ::_exit(0);
     }
-    const LoadOutcome outcome = load_batch(ring, *memory, message.slot, &channel, *launch.produce,
-                                           launch.skip_samples, nullptr);
+    const LoadOutcome outcome =
+        load_batch(ring, *memory, message.slot, &channel, *launch.produce, launch.skip_samples,
+                   launch.collect_stats && stages.next(), nullptr);
+    stages.record(ring.header(message.slot));
     if (outcome == LoadOutcome::kCancelled) ::_exit(0);
     // INV-QUEUE-2: at most slots_per_channel results are outstanding, so this cannot fail.
     channel.results.try_push(Message{MessageKind::kBatch, message.slot});

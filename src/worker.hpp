@@ -38,6 +38,7 @@ struct WorkerLaunch {
   int lifeline_read = -1;  // read end of this worker's lifeline pipe
   const ProduceFn* produce = nullptr;
   bool skip_samples = false;               // OnSampleError::kSkip
+  bool collect_stats = true;               // time batches stage by stage now and then
   const std::vector<int>* cpus = nullptr;  // bind_workers: the logical CPUs to run on
   const std::function<void(std::size_t)>* worker_init = nullptr;
 };

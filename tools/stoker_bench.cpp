@@ -2,6 +2,7 @@
 // JSON line of measured figures. Reproduce any figure with the "command" it prints.
 //
 //   stoker-bench --workload {tiny,image,cpu} --workers N --epochs E --warmup W [--persistent]
+//                [--prefetch P] [--no-stats]   (--no-stats: LoaderOptions::collect_stats = false)
 //   stoker-bench --memcpy      single-thread memcpy bandwidth of image-sized batches (9.6 MB)
 #include <sys/resource.h>
 #include <unistd.h>
@@ -30,6 +31,7 @@ struct Args {
   int epochs = 5;
   int warmup = 1;
   bool persistent = false;
+  bool stats = true;
   std::size_t prefetch = 2;
   bool memcpy_only = false;
   std::string command;
@@ -38,7 +40,7 @@ struct Args {
 [[noreturn]] void usage(const std::string& problem) {
   std::fprintf(stderr,
                "stoker-bench: %s\nusage: stoker-bench --workload {tiny,image,cpu} --workers N "
-               "--epochs E --warmup W [--persistent] [--prefetch P]\n",
+               "--epochs E --warmup W [--persistent] [--prefetch P] [--no-stats]\n",
                problem.c_str());
   std::exit(2);
 }
@@ -78,6 +80,8 @@ Args parse(int argc, char** argv) {
       a.prefetch = static_cast<std::size_t>(number(1, 64));
     } else if (flag == "--persistent") {
       a.persistent = true;
+    } else if (flag == "--no-stats") {
+      a.stats = false;
     } else if (flag == "--memcpy") {
       a.memcpy_only = true;
     } else if (flag == "--help" || flag == "-h") {
@@ -166,6 +170,7 @@ int run(const Args& a, D dataset, std::size_t batch_size) {
   opt.num_workers = a.workers;
   opt.persistent_workers = a.persistent;
   opt.prefetch_factor = a.prefetch;
+  opt.collect_stats = a.stats;
   opt.drop_last = a.workload == "tiny";
   const std::size_t n = dataset.size();
   stoker::DataLoader loader(std::move(dataset), opt);

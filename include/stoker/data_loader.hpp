@@ -179,12 +179,28 @@ class DataLoader {
     if (!collate && !out.skips_samples()) {
       // The common case streams: one sample at a time, stacked straight into the slot.
       StackCollator stack(out);
+      if (!out.time_stages()) {
+        for (const std::size_t index : indices) {
+          out.begin_sample(index);
+          stack.add(ds.get(index));
+        }
+        return;
+      }
+      std::uint64_t get_ns = 0;
+      std::uint64_t collate_ns = 0;
       for (const std::size_t index : indices) {
         out.begin_sample(index);
-        stack.add(ds.get(index));
+        const std::uint64_t t0 = detail::now_ns();
+        const Sample sample(ds.get(index));
+        const std::uint64_t t1 = detail::now_ns();
+        stack.add(sample);
+        get_ns += t1 - t0;
+        collate_ns += detail::now_ns() - t1;
       }
+      out.add_stage_times(get_ns, collate_ns);
       return;
     }
+    const std::uint64_t get_start = detail::now_ns();
     std::vector<Sample> samples;
     samples.reserve(indices.size());
     for (const std::size_t index : indices) {
@@ -201,11 +217,13 @@ class DataLoader {
     }
     out.begin_collate(samples.size());
     if (samples.empty()) return;  // every sample was skipped: the batch is not delivered
+    const std::uint64_t collate_start = detail::now_ns();
     if (collate) {
       collate(std::span<const Sample>(samples), out);
     } else {
       collate_stack(samples, out);
     }
+    out.add_stage_times(collate_start - get_start, detail::now_ns() - collate_start);
   }
 
   // Where this process's copy of an iterable dataset stands: in which run of an epoch, and at
@@ -223,6 +241,7 @@ class DataLoader {
       stream.position = 0;
       if constexpr (RestartableDataset<D>) ds.start_epoch(out.epoch());
     }
+    const std::uint64_t get_start = detail::now_ns();
     std::vector<Sample> samples;
     samples.reserve(batch_size);
     std::size_t skipped = 0;
@@ -249,11 +268,13 @@ class DataLoader {
     if (drop_last && samples.size() < batch_size) samples.clear();
     out.begin_collate(samples.size());
     if (samples.empty()) return;  // nothing to deliver from this batch
+    const std::uint64_t collate_start = detail::now_ns();
     if (collate) {
       collate(std::span<const Sample>(samples), out);
     } else {
       collate_stack(samples, out);
     }
+    out.add_stage_times(collate_start - get_start, detail::now_ns() - collate_start);
   }
 
   std::unique_ptr<D> dataset_;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "stoker/collate.hpp"
 #include "stoker/sampler.hpp"
@@ -74,6 +75,17 @@ struct LoaderOptions {
   // Bind each worker to its own physical core, avoiding the core of the thread that starts
   // the epoch (the training loop's).
   bool bind_workers = false;
+
+  // Observability (stats.hpp). false keeps only the basic counters (batches, samples, bytes,
+  // the consumer's wait): no per-worker stage times, ring occupancy or recent window.
+  bool collect_stats = true;
+  // A one-line health summary at info level this often while batches flow (printed when
+  // STOKER_LOG=info or the program lowers the "stoker" spdlog logger's level); 0: never.
+  std::chrono::milliseconds log_interval{10000};
+  // Write a Chrome trace (Perfetto, chrome://tracing) of the loader's batches here when the
+  // loader is destroyed: a span per batch per worker, the consumer's waits, and the ready
+  // batches at each request. Empty: the STOKER_TRACE environment variable, when set.
+  std::string trace_path;
 };
 
 // LoaderOptions::num_workers = kAuto: recommend_num_workers() decides, at the first epoch.

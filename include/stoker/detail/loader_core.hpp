@@ -4,6 +4,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -46,7 +47,19 @@ class BatchSink : public BatchBuilder {
   virtual bool skips_samples() const noexcept = 0;
   // Inside a catch block around get(): drops the current sample and records why.
   virtual void skip_sample() noexcept = 0;
+  // Whether this batch's stages are to be timed sample by sample (a clock read per sample is
+  // too dear to pay on every batch of tiny samples: the loader times one batch in several).
+  virtual bool time_stages() const noexcept = 0;
+  // Nanoseconds spent inside get() / next() and inside the collate, for stats.
+  virtual void add_stage_times(std::uint64_t get_ns, std::uint64_t collate_ns) noexcept = 0;
 };
+
+// A steady-clock reading in nanoseconds (the same clock in every process of a loader).
+inline std::uint64_t now_ns() noexcept {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
 
 using ProduceFn = std::function<void(BatchSink&)>;
 

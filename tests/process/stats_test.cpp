@@ -1,0 +1,331 @@
+// loader.stats() beyond the basic counters: per-worker stage times, ring occupancy, memory,
+// CPU, the recent window, collect_stats = false, the health log line and the Chrome trace.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <catch2/catch.hpp>
+#include <spdlog/sinks/ostream_sink.h>
+
+#include "log.hpp"
+#include "stats_collector.hpp"
+#include "support/clean_state.hpp"
+#include "support/datasets.hpp"
+
+using namespace stoker;
+using stoker::test::IndexDataset;
+
+namespace {
+
+// Burns `us` microseconds of CPU (sleeping would not count as busy for the CPU figures, but
+// the stage times are wall time either way).
+void spin_for(std::chrono::microseconds us) {
+  const auto until = std::chrono::steady_clock::now() + us;
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("stats report each worker's batches, stage times, busy share and memory", "[stats]") {
+  LoaderOptions opt;
+  opt.batch_size = 4;
+  opt.num_workers = 2;
+  opt.persistent_workers = true;  // so the workers are still there to be measured
+  DataLoader loader(IndexDataset{40, [](std::size_t) { spin_for(std::chrono::microseconds(500)); }},
+                    opt);
+  for (const Batch& batch : loader) REQUIRE(batch.size() == 4);
+  LoaderStats s = loader.stats();
+  REQUIRE(s.workers.size() == 2);
+  const std::vector<pid_t> pids = loader.worker_pids();
+  REQUIRE(pids.size() == 2);
+  std::uint64_t batches = 0;
+  std::uint64_t samples = 0;
+  for (std::size_t i = 0; i < 2; ++i) {
+    const WorkerStats& w = s.workers[i];
+    CAPTURE(i, w.batches, w.get_seconds, w.collate_seconds, w.write_seconds, w.busy_fraction);
+    REQUIRE(w.worker_id == i);
+    REQUIRE(w.pid == pids[i]);
+    batches += w.batches;
+    samples += w.samples;
+    // Each sample spins 0.5 ms inside get(): nearly all of a worker's time is get().
+    REQUIRE(w.get_seconds >= 0.9 * 0.0005 * static_cast<double>(w.samples));
+    REQUIRE(w.get_seconds > 5 * (w.collate_seconds + w.write_seconds));
+    REQUIRE(w.busy_fraction > 0.2);
+    REQUIRE(w.busy_fraction <= 1.0);
+    REQUIRE(w.rss_bytes > 0);
+    REQUIRE(w.pss_bytes > 0);
+  }
+  REQUIRE(batches == 10);
+  REQUIRE(samples == 40);
+  REQUIRE(s.ring_slots == 4);
+  REQUIRE(s.ring_bytes > 0);
+  REQUIRE(s.main_rss_bytes > 0);
+  REQUIRE(s.main_pss_bytes > 0);
+  REQUIRE(s.tree_pss_bytes() > s.main_pss_bytes);
+  REQUIRE(s.logical_cpus >= 1);
+  REQUIRE(s.cpu_busy_fraction.has_value());
+  REQUIRE(*s.cpu_busy_fraction >= 0.0);
+  REQUIRE(*s.cpu_busy_fraction <= 1.0);
+  REQUIRE(s.iowait_fraction.has_value());
+  // Data-bound: the consumer does nothing, so batches are rarely waiting when it asks.
+  REQUIRE(s.ring_occupancy < 0.5);
+
+  // The batches the workers loaded ahead for epoch 1 count in epoch 1's figures.
+  for (const Batch& batch : loader) REQUIRE(batch.size() == 4);
+  s = loader.stats();
+  REQUIRE(s.epoch == 1);
+  REQUIRE(s.workers[0].batches + s.workers[1].batches == 10);
+  REQUIRE(s.workers[0].samples + s.workers[1].samples == 40);
+}
+
+TEST_CASE("stage times of tiny samples are estimated from one batch in several", "[stats]") {
+  LoaderOptions opt;
+  opt.batch_size = 8;
+  opt.num_workers = 1;
+  opt.persistent_workers = true;
+  DataLoader loader(IndexDataset{8 * 200, {}}, opt);
+  for (const Batch& batch : loader) REQUIRE(batch.size() == 8);
+  const LoaderStats s = loader.stats();
+  REQUIRE(s.workers.size() == 1);
+  const WorkerStats& w = s.workers[0];
+  REQUIRE(w.batches == 200);
+  REQUIRE(w.samples == 1600);
+  CAPTURE(w.get_seconds, w.collate_seconds, w.write_seconds);
+  REQUIRE(w.get_seconds > 0);
+  REQUIRE(w.collate_seconds > 0);
+  const double busy = w.get_seconds + w.collate_seconds + w.write_seconds;
+  REQUIRE(busy > 0);
+  REQUIRE(w.busy_fraction == Approx(busy / s.epoch_seconds).epsilon(0.01));
+}
+
+TEST_CASE("ring occupancy is high when the consumer is the slow side", "[stats]") {
+  LoaderOptions opt;
+  opt.batch_size = 2;
+  opt.num_workers = 2;
+  DataLoader loader(IndexDataset{40, {}}, opt);
+  for (const Batch& batch : loader) {
+    REQUIRE(batch.size() == 2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // "training"
+  }
+  const LoaderStats s = loader.stats();
+  CAPTURE(s.ring_occupancy, s.wait_fraction());
+  REQUIRE(s.ring_occupancy > 0.5);
+  REQUIRE(s.wait_fraction() < 0.5);
+  // Non-persistent workers are gone after the epoch: their figures stay, their pid is 0.
+  REQUIRE(s.workers.size() == 2);
+  REQUIRE(s.workers[0].pid == 0);
+  REQUIRE(s.workers[0].batches + s.workers[1].batches == 20);
+}
+
+TEST_CASE("the recent window measures the last seconds' throughput", "[stats]") {
+  LoaderOptions opt;
+  opt.batch_size = 1;
+  opt.num_workers = 1;
+  DataLoader loader(IndexDataset{60, {}}, opt);
+  for (const Batch& batch : loader) {
+    REQUIRE(batch.size() == 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // ~100 samples/s
+  }
+  const LoaderStats s = loader.stats();
+  CAPTURE(s.recent_samples_per_second, s.samples_per_second());
+  REQUIRE(s.recent_samples_per_second > 30);
+  REQUIRE(s.recent_samples_per_second < 150);
+  REQUIRE(s.recent_bytes_per_second ==
+          Approx(s.recent_samples_per_second * (8 + 16)).epsilon(0.01));
+}
+
+TEST_CASE("collect_stats = false keeps only the basic counters", "[stats]") {
+  LoaderOptions opt;
+  opt.batch_size = 4;
+  opt.num_workers = 2;
+  opt.collect_stats = false;
+  DataLoader loader(IndexDataset{40, {}}, opt);
+  for (const Batch& batch : loader) REQUIRE(batch.size() == 4);
+  const LoaderStats s = loader.stats();
+  REQUIRE(s.batches == 10);
+  REQUIRE(s.samples == 40);
+  REQUIRE(s.ring_occupancy == 0);
+  REQUIRE(s.recent_samples_per_second == 0);
+  REQUIRE(s.workers.size() == 2);
+  REQUIRE(s.workers[0].batches == 0);
+  REQUIRE(!s.cpu_busy_fraction.has_value());
+}
+
+TEST_CASE("in-process loading (num_workers = 0) lists no workers", "[stats]") {
+  LoaderOptions opt;
+  opt.batch_size = 4;
+  DataLoader loader(IndexDataset{40, {}}, opt);
+  for (const Batch& batch : loader) REQUIRE(batch.size() == 4);
+  const LoaderStats s = loader.stats();
+  REQUIRE(s.workers.empty());
+  REQUIRE(s.batches == 10);
+  REQUIRE(s.ring_slots == 2);
+  REQUIRE(s.main_pss_bytes > 0);
+}
+
+TEST_CASE("/proc/stat's cpu line is parsed into busy, idle and iowait ticks", "[stats]") {
+  const auto t = detail::parse_cpu_times("cpu  100 5 50 800 40 3 2 0 7 0\ncpu0 1 2 3 4 5\n");
+  REQUIRE(t.has_value());
+  REQUIRE(t->total == 100 + 5 + 50 + 800 + 40 + 3 + 2 + 0);  // guest time is inside user
+  REQUIRE(t->idle == 800);
+  REQUIRE(t->iowait == 40);
+  REQUIRE(!detail::parse_cpu_times("intr 1 2 3").has_value());
+  REQUIRE(!detail::parse_cpu_times("cpu  1 2").has_value());
+}
+
+TEST_CASE("a health line is logged at info level every log_interval", "[stats]") {
+  std::ostringstream text;
+  auto& log = detail::logger();
+  const auto previous_sinks = log.sinks();
+  const auto previous_level = log.level();
+  log.sinks() = {std::make_shared<spdlog::sinks::ostream_sink_mt>(text)};
+  log.set_level(spdlog::level::info);
+  {
+    LoaderOptions opt;
+    opt.batch_size = 2;
+    opt.num_workers = 1;
+    opt.log_interval = std::chrono::milliseconds(20);
+    DataLoader loader(IndexDataset{30, {}}, opt);
+    for (const Batch& batch : loader) {
+      REQUIRE(batch.size() == 2);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  log.sinks() = previous_sinks;
+  log.set_level(previous_level);
+  const std::string out = text.str();
+  CAPTURE(out);
+  REQUIRE(count(out, "samples/s") >= 2);
+  REQUIRE(count(out, "consumer waited") >= 2);
+  REQUIRE(count(out, "workers") >= 2);
+}
+
+TEST_CASE("no health line below info level, or with log_interval = 0", "[stats]") {
+  std::ostringstream text;
+  auto& log = detail::logger();
+  const auto previous_sinks = log.sinks();
+  const auto previous_level = log.level();
+  log.sinks() = {std::make_shared<spdlog::sinks::ostream_sink_mt>(text)};
+  log.set_level(spdlog::level::info);
+  {
+    LoaderOptions opt;
+    opt.batch_size = 2;
+    opt.num_workers = 1;
+    opt.log_interval = std::chrono::milliseconds(0);
+    DataLoader loader(IndexDataset{20, {}}, opt);
+    for (const Batch& batch : loader) {
+      REQUIRE(batch.size() == 2);
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    }
+  }
+  log.set_level(spdlog::level::warn);
+  {
+    LoaderOptions opt;
+    opt.batch_size = 2;
+    opt.num_workers = 1;
+    opt.log_interval = std::chrono::milliseconds(1);
+    DataLoader loader(IndexDataset{20, {}}, opt);
+    for (const Batch& batch : loader) {
+      REQUIRE(batch.size() == 2);
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    }
+  }
+  log.sinks() = previous_sinks;
+  log.set_level(previous_level);
+  REQUIRE(text.str().find("samples/s") == std::string::npos);
+}
+
+TEST_CASE("a negative log_interval is refused", "[stats]") {
+  LoaderOptions opt;
+  opt.log_interval = std::chrono::milliseconds(-1);
+  REQUIRE_THROWS_WITH(DataLoader(IndexDataset{4, {}}, opt),
+                      Catch::Contains("log_interval") && Catch::Contains(">= 0"));
+}
+
+TEST_CASE("trace_path writes a Chrome trace with a span per batch per worker", "[stats]") {
+  const std::string path =
+      "/tmp/stoker-trace-test-" + std::to_string(::getpid()) + ".json";
+  std::vector<pid_t> pids;
+  {
+    LoaderOptions opt;
+    opt.batch_size = 4;
+    opt.num_workers = 2;
+    opt.persistent_workers = true;
+    opt.trace_path = path;
+    DataLoader loader(IndexDataset{40, {}}, opt);
+    for (const Batch& batch : loader) REQUIRE(batch.size() == 4);
+    pids = loader.worker_pids();
+  }
+  const std::string trace = read_all(path);
+  std::remove(path.c_str());
+  REQUIRE(trace.rfind("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", 0) == 0);
+  REQUIRE(trace.find("]}") != std::string::npos);
+  // Persistent workers go on to load some of epoch 1 ahead: those are spans of epoch 1.
+  REQUIRE(count(trace, "\"args\":{\"epoch\":0,\"worker\"") == 10);
+  REQUIRE(count(trace, "\"cat\":\"load\"") <= 10 + 4);
+  REQUIRE(count(trace, "\"name\":\"next() wait\"") == 10);
+  REQUIRE(count(trace, "\"name\":\"ready batches\"") >= 10);
+  REQUIRE(pids.size() == 2);
+  for (const pid_t pid : pids) {
+    REQUIRE(trace.find("\"pid\":" + std::to_string(pid) + ",\"tid\"") != std::string::npos);
+    REQUIRE(trace.find("(pid " + std::to_string(pid) + ")") != std::string::npos);
+  }
+  // Balanced braces and brackets: every event object is closed.
+  REQUIRE(count(trace, "{") == count(trace, "}"));
+  REQUIRE(count(trace, "[") == count(trace, "]"));
+}
+
+TEST_CASE("STOKER_TRACE names the trace file when the option is empty", "[stats]") {
+  const std::string path =
+      "/tmp/stoker-trace-env-" + std::to_string(::getpid()) + ".json";
+  ::setenv("STOKER_TRACE", path.c_str(), 1);
+  {
+    LoaderOptions opt;
+    opt.batch_size = 5;
+    DataLoader loader(IndexDataset{20, {}}, opt);
+    for (const Batch& batch : loader) REQUIRE(batch.size() == 5);
+  }
+  ::unsetenv("STOKER_TRACE");
+  const std::string trace = read_all(path);
+  std::remove(path.c_str());
+  REQUIRE(count(trace, "\"cat\":\"load\"") == 4);  // in-process loads are traced too
+}
+
+TEST_CASE("an unwritable trace path is a warning, not an error", "[stats]") {
+  std::ostringstream text;
+  auto& log = detail::logger();
+  const auto previous_sinks = log.sinks();
+  log.sinks() = {std::make_shared<spdlog::sinks::ostream_sink_mt>(text)};
+  {
+    LoaderOptions opt;
+    opt.batch_size = 5;
+    opt.trace_path = "/nonexistent-dir/trace.json";
+    DataLoader loader(IndexDataset{10, {}}, opt);
+    for (const Batch& batch : loader) REQUIRE(batch.size() == 5);
+  }
+  log.sinks() = previous_sinks;
+  REQUIRE(text.str().find("cannot write the trace to /nonexistent-dir/trace.json") !=
+          std::string::npos);
+}
