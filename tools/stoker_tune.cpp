@@ -543,9 +543,10 @@ class Tuner {
     window.bytes = static_cast<std::uint64_t>(r.bytes_per_s * r.seconds);
     window.epoch_seconds = r.seconds;
     window.wait_seconds = r.wait_fraction * r.seconds;
-    // The CPUs over the timed window, where the loader has no figures of its own.
-    if (!window.cpu_busy_fraction) window.cpu_busy_fraction = r.cpu_busy;
-    if (!window.iowait_fraction) window.iowait_fraction = r.iowait;
+    // The CPUs over exactly the timed window (the loader's figures run from begin(), warm-up
+    // included).
+    if (r.cpu_busy) window.cpu_busy_fraction = r.cpu_busy;
+    if (r.iowait) window.iowait_fraction = r.iowait;
     const stoker::Diagnosis d = stoker::diagnose(window, system_);
     r.verdict = std::string(stoker::to_string(d.verdict));
     r.diagnosis = d.summary;
