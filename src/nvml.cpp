@@ -2,7 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 
 namespace stoker::detail {
@@ -24,9 +26,19 @@ struct nvmlMemory_t {
   unsigned long long used;
 };
 
+// NVML's utilisation is itself an average over 1/6 s to 1 s, so a figure younger than this is
+// returned again rather than asked for: stats() may be called every batch.
+constexpr auto kRefresh = std::chrono::milliseconds(200);
+
+struct Cached {
+  std::chrono::steady_clock::time_point when;
+  std::optional<GpuStats> stats;
+};
+
 struct Nvml {
   void* handle = nullptr;
-  bool tried = false;  // the load (and nvmlInit) ran, successfully or not
+  std::map<unsigned, Cached> cache;  // by device index
+  bool tried = false;                // the load (and nvmlInit) ran, successfully or not
   nvmlReturn_t (*init)() = nullptr;
   nvmlReturn_t (*shutdown)() = nullptr;
   nvmlReturn_t (*device_count)(unsigned int*) = nullptr;
@@ -77,13 +89,8 @@ void load(Nvml& n) {
   if (!all || n.init() != kNvmlSuccess) unload(n);
 }
 
-}  // namespace
-
-std::optional<GpuStats> query_gpu(unsigned device) {
-  const std::lock_guard<std::mutex> lock(nvml_mutex());
-  Nvml& n = state();
-  if (!n.tried) load(n);
-  if (n.handle == nullptr) return std::nullopt;
+// One device's figures from the driver; called with nvml_mutex() held and the library loaded.
+std::optional<GpuStats> ask(Nvml& n, unsigned device) {
   unsigned int count = 0;
   if (n.device_count(&count) != kNvmlSuccess || device >= count) return std::nullopt;
   nvmlDevice_t handle = nullptr;
@@ -97,6 +104,21 @@ std::optional<GpuStats> query_gpu(unsigned device) {
   g.utilization = static_cast<double>(utilization.gpu) / 100.0;
   g.memory_used = memory.used;
   g.memory_total = memory.total;
+  return g;
+}
+
+}  // namespace
+
+std::optional<GpuStats> query_gpu(unsigned device) {
+  const std::lock_guard<std::mutex> lock(nvml_mutex());
+  Nvml& n = state();
+  if (!n.tried) load(n);
+  if (n.handle == nullptr) return std::nullopt;
+  const auto now = std::chrono::steady_clock::now();
+  const auto hit = n.cache.find(device);
+  if (hit != n.cache.end() && now - hit->second.when < kRefresh) return hit->second.stats;
+  std::optional<GpuStats> g = ask(n, device);
+  n.cache[device] = Cached{now, g};
   return g;
 }
 

@@ -12,9 +12,9 @@ namespace stoker::detail {
 
 // Main process (never in a worker: NVML is not fork-safe). Thread-safe. The first call loads
 // the library and runs nvmlInit (a few milliseconds); later calls ask the driver for two
-// figures. nullopt when the library, its symbols or the device are missing, or NVML fails;
-// after the library failed to load or initialise, every later call returns nullopt at once.
-// Never throws.
+// figures, at most every 200 ms per device (in between they return the last answer). nullopt
+// when the library, its symbols or the device are missing, or NVML fails; after the library
+// failed to load or initialise, every later call returns nullopt at once. Never throws.
 std::optional<GpuStats> query_gpu(unsigned device = 0);
 
 // Shuts NVML down and unloads the library, so the next query_gpu() loads it again (and reads

@@ -1,6 +1,7 @@
 // A stand-in for libnvidia-ml.so.1 with fixed figures, loaded through STOKER_NVML by the NVML
 // tests: one device, 45% busy, 20 GiB of 80 GiB used. FAKE_NVML_INIT_FAILS=1 in the
-// environment makes nvmlInit_v2 fail (NVML_ERROR_DRIVER_NOT_LOADED).
+// environment makes nvmlInit_v2 fail (NVML_ERROR_DRIVER_NOT_LOADED). fake_nvml_queries()
+// counts the utilisation queries, for the test of query_gpu()'s cache.
 #include <cstdlib>
 
 namespace {
@@ -8,6 +9,7 @@ struct FakeDevice {
   int unused;
 };
 FakeDevice g_device{0};
+int g_queries = 0;
 }  // namespace
 
 extern "C" {
@@ -38,6 +40,7 @@ int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void** device) {
 }
 int nvmlDeviceGetUtilizationRates(void* device, nvmlUtilization_t* rates) {
   if (device != &g_device) return 2;
+  ++g_queries;
   rates->gpu = 45;
   rates->memory = 30;
   return 0;
@@ -49,5 +52,7 @@ int nvmlDeviceGetMemoryInfo(void* device, nvmlMemory_t* memory) {
   memory->free = memory->total - memory->used;
   return 0;
 }
+
+int fake_nvml_queries() { return g_queries; }
 
 }  // extern "C"

@@ -1,6 +1,10 @@
 // query_gpu(): NVML found at run time, through STOKER_NVML pointed at a fake libnvidia-ml with
 // fixed figures; a missing library, a failing nvmlInit and a missing device give nullopt.
+#include <dlfcn.h>
+
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -37,6 +41,23 @@ TEST_CASE("query_gpu: the fake library's figures", "[nvml]") {
   const auto again = query_gpu(0);  // loaded once, queried again
   REQUIRE(again.has_value());
   CHECK(again->utilization == Approx(0.45));
+}
+
+TEST_CASE("query_gpu: asks the driver at most every 200 ms", "[nvml]") {
+  NvmlAt fake(STOKER_FAKE_NVML);
+  REQUIRE(query_gpu(0).has_value());
+  // The library query_gpu() loaded, already mapped: its query counter.
+  void* lib = dlopen(STOKER_FAKE_NVML, RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(lib != nullptr);
+  const auto queries = reinterpret_cast<int (*)()>(dlsym(lib, "fake_nvml_queries"));
+  REQUIRE(queries != nullptr);
+  const int before = queries();
+  CHECK(query_gpu(0).has_value());
+  CHECK(queries() == before);  // within 200 ms of the first: the cached answer
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  CHECK(query_gpu(0)->utilization == Approx(0.45));
+  CHECK(queries() == before + 1);
+  dlclose(lib);
 }
 
 TEST_CASE("query_gpu: a device past the count is nullopt", "[nvml]") {
