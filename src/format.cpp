@@ -24,4 +24,14 @@ std::string format_duration(std::chrono::nanoseconds d) {
   return fmt::format("{:.2f} s", ns / 1e9);
 }
 
+std::string format_count(double value) {
+  const std::string digits = fmt::format("{:.0f}", value < 0 ? -value : value);
+  std::string out = value <= -0.5 ? "-" : "";
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
 }  // namespace stoker::detail

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "log.hpp"
+#include "nvml.hpp"
 #include "posix.hpp"
 
 namespace stoker::detail {
@@ -296,6 +297,7 @@ void StatsCollector::fill(LoaderStats& out, const std::vector<pid_t>& pids,
       out.recent_bytes_per_second = static_cast<double>(newest.bytes - oldest.bytes) / span;
     }
   }
+  out.gpu = query_gpu(0);
   if (cpu_at_start_) {
     if (const std::optional<CpuTimes> now = read_cpu_times()) {
       if (now->total > cpu_at_start_->total) {

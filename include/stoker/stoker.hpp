@@ -6,6 +6,7 @@
 #include "stoker/collate.hpp"
 #include "stoker/data_loader.hpp"
 #include "stoker/dataset.hpp"
+#include "stoker/diagnose.hpp"
 #include "stoker/distributed.hpp"
 #include "stoker/errors.hpp"
 #include "stoker/image_folder_dataset.hpp"

@@ -329,3 +329,27 @@ TEST_CASE("an unwritable trace path is a warning, not an error", "[stats]") {
   REQUIRE(text.str().find("cannot write the trace to /nonexistent-dir/trace.json") !=
           std::string::npos);
 }
+
+TEST_CASE("stats carry the GPU's figures when the management library is found", "[stats]") {
+  ::setenv("STOKER_NVML", STOKER_FAKE_NVML, 1);
+  LoaderOptions opt;
+  opt.batch_size = 5;
+  opt.num_workers = 1;
+  DataLoader loader(IndexDataset{20, {}}, opt);
+  for (const Batch& batch : loader) REQUIRE(batch.size() == 5);
+  const LoaderStats s = loader.stats();
+  REQUIRE(s.gpu.has_value());
+  REQUIRE(s.gpu->device == 0);
+  REQUIRE(s.gpu->utilization == Approx(0.45));
+  REQUIRE(s.gpu->memory_used == 20ULL << 30);
+  REQUIRE(s.gpu->memory_total == 80ULL << 30);
+}
+
+TEST_CASE("stats have no GPU figures without the management library", "[stats]") {
+  ::setenv("STOKER_NVML", "/nonexistent/libnvidia-ml.so.1", 1);
+  LoaderOptions opt;
+  opt.batch_size = 5;
+  DataLoader loader(IndexDataset{10, {}}, opt);
+  for (const Batch& batch : loader) REQUIRE(batch.size() == 5);
+  REQUIRE(!loader.stats().gpu.has_value());
+}
