@@ -216,7 +216,7 @@ check_cmake() {
       -DSTOKER_*)
         local var=${w[i]#-D}
         var=${var%%[:=]*}
-        if ! cmake_files | xargs grep -Eq "(option\(|set\()$var[[:space:]]"; then
+        if ! cmake_files | xargs grep -Eq "(option\(|set\()${var}[[:space:]]"; then
           fail "$where" "cmake: there is no option $var"
         fi
         ;;
@@ -304,10 +304,12 @@ check_command() {
       if [ -f "$script" ]; then
         local -a srcs=("$script")
         local t
-        for t in $(grep -oE -- '--target [A-Za-z0-9_.-]+' "$script" | awk '{print $2}'); do
-          local d
-          d=$(target_dir "$t") && mapfile -t -O ${#srcs[@]} srcs < <(target_sources "$t" "$d")
-        done
+        local t d
+        while read -r t; do
+          if d=$(target_dir "$t"); then
+            mapfile -t -O ${#srcs[@]} srcs < <(target_sources "$t" "$d")
+          fi
+        done < <(grep -oE -- '--target [A-Za-z0-9_.-]+' "$script" | awk '{print $2}')
         check_flags "$where" "$script" "${srcs[@]}" -- "${words[@]:1}"
       fi
     fi
