@@ -185,6 +185,7 @@ void StatsCollector::begin_epoch(std::size_t num_workers, std::uint64_t epoch,
   bytes_ = 0;
   window_count_ = 0;
   window_next_ = 0;
+  last_delivery_ns_ = 0;
   if (!enabled_) return;
   window_[0] = Checkpoint{now_ns, 0, 0};
   window_next_ = 1;
@@ -234,6 +235,7 @@ void StatsCollector::on_delivered(std::uint64_t start_ns, std::uint64_t end_ns,
   if (!enabled_) return;
   samples_ += samples;
   bytes_ += bytes;
+  last_delivery_ns_ = end_ns;
   if (tracing()) {
     record(TraceEvent{TraceEvent::Kind::kWait, self_, 0, start_ns, end_ns - start_ns,
                       requests_ > 0 ? requests_ - 1 : 0, epoch_, 0, 0, samples});
@@ -289,12 +291,12 @@ void StatsCollector::fill(LoaderStats& out, const std::vector<pid_t>& pids,
                                  static_cast<double>(requests_ * ring_slots)
                            : 0;
   if (window_count_ > 0) {
+    // From the oldest checkpoint (at most ~5 s back) to the last delivery.
     const Checkpoint& oldest = window_[(window_next_ + kWindow - window_count_) % kWindow];
-    const Checkpoint& newest = window_[(window_next_ + kWindow - 1) % kWindow];
-    if (newest.time_ns > oldest.time_ns) {
-      const double span = seconds(newest.time_ns - oldest.time_ns);
-      out.recent_samples_per_second = static_cast<double>(newest.samples - oldest.samples) / span;
-      out.recent_bytes_per_second = static_cast<double>(newest.bytes - oldest.bytes) / span;
+    if (last_delivery_ns_ > oldest.time_ns) {
+      const double span = seconds(last_delivery_ns_ - oldest.time_ns);
+      out.recent_samples_per_second = static_cast<double>(samples_ - oldest.samples) / span;
+      out.recent_bytes_per_second = static_cast<double>(bytes_ - oldest.bytes) / span;
     }
   }
   out.gpu = query_gpu(0);

@@ -111,6 +111,7 @@ class StatsCollector {
   std::uint64_t ready_sum_ = 0;
   std::uint64_t samples_ = 0;
   std::uint64_t bytes_ = 0;
+  std::uint64_t last_delivery_ns_ = 0;
   std::array<Checkpoint, kWindow> window_{};
   std::size_t window_next_ = 0;   // where the next checkpoint goes
   std::size_t window_count_ = 0;  // checkpoints held

@@ -107,7 +107,9 @@ class DataLoader {
         ();
         const auto n = static_cast<std::size_t>(source.size());
         for (const std::size_t i : {std::size_t{0}, n / 3, 2 * n / 3, n - 1}) {
-          if (i < n) report(Sample(source.get(i)).nbytes());
+          if (i >= n) continue;
+          detail::begin_probe_sample(i);  // sample_rng() works in get() here too
+          report(Sample(source.get(i)).nbytes());
         }
       };
       produce = [ds, collate = options.collate](detail::BatchSink& out) {

@@ -231,3 +231,19 @@ TEST_CASE("bind_workers puts each worker on its own core, away from the caller's
   if (topology.physical_cores() > pids.size()) REQUIRE(cores.size() == pids.size());
   REQUIRE(::sched_setaffinity(0, sizeof saved, &saved) == 0);
 }
+
+TEST_CASE("the size probe measures a dataset whose get() draws from sample_rng()", "[memory]") {
+  struct Random {
+    std::size_t size() const { return 100; }
+    Sample get(std::size_t) {
+      Sample s;
+      s.set("x", Tensor::from<double>({sample_rng().uniform(), sample_rng().uniform()}));
+      return s;
+    }
+  };
+  LoaderOptions opt;
+  opt.batch_size = 10;
+  opt.num_workers = 1;
+  DataLoader loader(Random{}, opt);
+  REQUIRE(loader.memory_estimate().bytes_per_sample == 2 * sizeof(double));
+}

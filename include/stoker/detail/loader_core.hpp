@@ -63,6 +63,10 @@ inline std::uint64_t now_ns() noexcept {
 
 using ProduceFn = std::function<void(BatchSink&)>;
 
+// The memory probe's child: sample_rng() inside the next get() is seeded as for `index` in
+// epoch 0 (the probe only measures sizes, but get() may draw random numbers).
+void begin_probe_sample(std::size_t index) noexcept;
+
 // What the template knows of its dataset, for the memory estimate.
 struct DatasetProbe {
   // Loads a few samples and reports each one's bytes; empty when it cannot.
