@@ -9,7 +9,8 @@
 //                                                   1,024-token windows (int64), batch 32
 //   stoker-bench --memcpy      single-thread memcpy bandwidth of image-sized batches (9.6 MB)
 //
-// --samples S sets the samples per epoch (default: the workload's own size; tokens: 8,192).
+// --samples S sets the samples per epoch (default: the workload's own size; tokens: 8,192);
+// for folder and tokens, S random ones.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -339,7 +340,15 @@ int run_folder(const Args& a) {
   const auto classes = static_cast<std::int64_t>(dataset.classes().size());
   Plan plan;
   plan.batch_size = 64;
-  plan.shuffle = true;
+  // Shuffled; --samples S takes S random images per epoch.
+  if (a.samples != 0) {
+    stoker::RandomSampler::Options so;
+    so.num_samples = a.samples;
+    so.seed = 42;
+    plan.sampler = std::make_shared<stoker::RandomSampler>(dataset.size(), so);
+  } else {
+    plan.shuffle = true;
+  }
   plan.check = [classes](const stoker::Batch& b) {
     const stoker::Tensor& image = b["image"];
     const stoker::Tensor& label = b["label"];
