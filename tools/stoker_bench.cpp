@@ -208,7 +208,7 @@ struct Plan {
   bool shuffle = false;
   std::shared_ptr<stoker::Sampler> sampler;
   std::function<double(std::size_t)> expected_last;  // the checksum term of sample `last`
-  std::function<bool(const stoker::Batch&)> check;  // real data: is this batch plausible
+  std::function<bool(const stoker::Batch&)> check;   // real data: is this batch plausible
 };
 
 template <class D>
