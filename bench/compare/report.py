@@ -279,6 +279,26 @@ def workload_table(res, w):
     return "\n".join(lines)
 
 
+def ratio_matrix(res, key, fresh_only):
+    """stoker / PyTorch of one column, per workload (rows) and worker count (columns)."""
+    lines = ["| workload | 0 workers | 1 | 1, persistent | 2 | 2, persistent | 4 | 4, persistent |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for w in WORKLOADS:
+        cells = []
+        for workers in (0, 1, 2, 4):
+            for variant in ("default", "persistent"):
+                if workers == 0 and variant == "persistent":
+                    continue
+                if fresh_only and variant == "persistent":
+                    cells.append("·")
+                    continue
+                s = res.one("stoker", w, workers, variant)
+                p = res.one("pytorch", w, workers, variant)
+                cells.append(fmt_ratio(ratio(s[key] if s else None, p[key] if p else None)))
+        lines.append(f"| {w} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def profile_section(profile):
     if not profile:
         return ("Not run: valgrind is not installed (`apt-get install -y valgrind`, then run the "
@@ -404,6 +424,11 @@ def main():
                    "workers also compete with the main process. That is why the targets compare "
                    "against PyTorch's best *with workers* separately from in-process.\n")
     doc.append("![best samples/s per loader and workload](benchmarks.svg)\n")
+    doc.append("Peak tree PSS, stoker / PyTorch, at each worker count (target ≤ 0.5×):\n")
+    doc.append(ratio_matrix(res, "peak_pss_mb", False) + "\n")
+    doc.append("First batch of a fresh iterator, stoker / PyTorch (median; target ≤ 0.1×; "
+               "persistent workers are not fresh, marked ·):\n")
+    doc.append(ratio_matrix(res, "first_batch_median_ms", True) + "\n")
 
     doc.append("## The workloads\n")
     doc.append("| workload | samples per epoch | timed epochs (+1 warm-up) | what it stresses |\n"
