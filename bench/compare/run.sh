@@ -53,7 +53,7 @@ stoker=build/compare-stoker/tools/stoker-bench
 libtorch=build/compare-libtorch/libtorch_bench
 
 # samples per epoch, warm-up epochs, timed epochs: the same for all three implementations.
-declare -A samples=([tiny]=51200 [image]=3200 [cpu]=3200 [folder]=512 [tokens]=8192)
+declare -A samples=([tiny]=25600 [image]=3200 [cpu]=3200 [folder]=384 [tokens]=8192)
 warmup=1
 epochs=3
 folder_epochs=2
