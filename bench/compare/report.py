@@ -60,14 +60,12 @@ def machine():
     }
 
 
-def versions():
+def versions(meta):
     torch_v = sh("/usr/bin/python3", "-c",
                  "import torch, torchvision, numpy, PIL; print(torch.__version__, "
                  "torchvision.__version__, numpy.__version__, PIL.__version__)").split()
     torch_v += ["?"] * (4 - len(torch_v))
-    commit = sh("git", "rev-parse", "--short", "HEAD")
-    if sh("git", "status", "--porcelain", "--untracked-files=no") not in ("", "?"):
-        commit += " (with uncommitted changes)"
+    commit = meta.get("commit", "?")
     return [
         ("stoker", commit),
         ("g++", sh("g++", "-dumpfullversion")),
@@ -106,13 +104,16 @@ class Results:
     def __init__(self, path):
         self.rows = []
         self.memcpy = None
+        self.meta = {}
         with open(path) as f:
             for line in f:
                 line = line.strip()
                 if not line:
                     continue
                 r = json.loads(line)
-                if r["impl"] == "memcpy":
+                if r["impl"] == "meta":
+                    self.meta = r
+                elif r["impl"] == "memcpy":
                     self.memcpy = r["mb_per_s"]
                 else:
                     self.rows.append(r)
@@ -345,7 +346,8 @@ def main():
     svg_chart(res, a.svg)
     tgt = targets(res)
     m = machine()
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = res.meta.get("date") or datetime.datetime.fromtimestamp(
+        os.path.getmtime(a.results), datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     epochs = {w: (res.select("stoker", w)[0] if res.select("stoker", w) else None)
               for w in WORKLOADS}
 
@@ -371,7 +373,7 @@ def main():
     doc.append("| | |\n| --- | --- |")
     for k, v in m.items():
         doc.append(f"| {k} | {v} |")
-    for k, v in versions():
+    for k, v in versions(res.meta):
         doc.append(f"| {k} | {v} |")
     if res.memcpy:
         doc.append(f"| single-thread memcpy of a 9.6 MB batch (`stoker-bench --memcpy`) | "

@@ -72,6 +72,9 @@ run() {  # run LABEL COMMAND...: appends the JSON line, or a failure record
   fi
 }
 
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+[ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && commit+=" (with uncommitted changes)"
+printf '{"impl": "meta", "commit": "%s", "date": "%s"}\n' "$commit" "$(date -u '+%Y-%m-%d %H:%M UTC')" >>"$out"
 "$stoker" --memcpy >>"$out"
 for workload in tiny image cpu folder tokens; do
   echo "== $workload ==" >&2
