@@ -74,7 +74,8 @@ run() {  # run LABEL COMMAND...: appends the JSON line, or a failure record
 
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && commit+=" (with uncommitted changes)"
-printf '{"impl": "meta", "commit": "%s", "date": "%s"}\n' "$commit" "$(date -u '+%Y-%m-%d %H:%M UTC')" >>"$out"
+printf '{"impl": "meta", "commit": "%s", "date": "%s", "loadavg_start": "%s"}\n' "$commit" \
+  "$(date -u '+%Y-%m-%d %H:%M UTC')" "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$out"
 "$stoker" --memcpy >>"$out"
 for workload in tiny image cpu folder tokens; do
   echo "== $workload ==" >&2
@@ -113,6 +114,7 @@ else
   rm -f "$results/profile.json"
 fi
 
+printf '{"impl": "meta-end", "loadavg_end": "%s"}\n' "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$out"
 elapsed=$(( $(date +%s) - start_s ))
 command="bench/compare/run.sh"
 [ "$quick" = 1 ] && command+=" --quick"
