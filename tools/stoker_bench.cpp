@@ -1,9 +1,16 @@
-// stoker-bench: runs one of the fixed synthetic workloads through a DataLoader and prints one
-// JSON line of measured figures. Reproduce any figure with the "command" it prints.
+// stoker-bench: runs one workload through a DataLoader and prints one JSON line of measured
+// figures. Reproduce any figure with the "command" it prints.
 //
 //   stoker-bench --workload {tiny,image,cpu} --workers N --epochs E --warmup W [--persistent]
-//                [--prefetch P] [--no-stats]   (--no-stats: LoaderOptions::collect_stats = false)
+//                [--prefetch P] [--samples S] [--no-stats]
+//   stoker-bench --workload folder --data DIR ...   ImageFolderDataset: decode, resize 256,
+//                                                   center crop 224, random flip; batch 64
+//   stoker-bench --workload tokens --data FILE ...  TokenDataset over a raw uint16 shard: S random
+//                                                   1,024-token windows (int64), batch 32
 //   stoker-bench --memcpy      single-thread memcpy bandwidth of image-sized batches (9.6 MB)
+//
+// --samples S sets the samples per epoch (default: the workload's own size; tokens: 8,192);
+// for folder and tokens, S random ones. --no-stats sets LoaderOptions::collect_stats = false.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -12,6 +19,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,14 +42,17 @@ struct Args {
   bool persistent = false;
   bool stats = true;
   std::size_t prefetch = 2;
+  std::size_t samples = 0;  // 0: the workload's default
+  std::string data;
   bool memcpy_only = false;
   std::string command;
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   std::fprintf(stderr,
-               "stoker-bench: %s\nusage: stoker-bench --workload {tiny,image,cpu} --workers N "
-               "--epochs E --warmup W [--persistent] [--prefetch P] [--no-stats]\n",
+               "stoker-bench: %s\nusage: stoker-bench --workload {tiny,image,cpu,folder,tokens} "
+               "[--data PATH] --workers N --epochs E --warmup W [--persistent] [--prefetch P] "
+               "[--samples S] [--no-stats]\n       stoker-bench --memcpy\n",
                problem.c_str());
   std::exit(2);
 }
@@ -56,7 +68,7 @@ Args parse(int argc, char** argv) {
       a.command += std::string(" ") + argv[i + 1];
       return argv[++i];
     };
-    auto number = [&](int low, int high) {
+    auto number = [&](long low, long high) {
       const std::string v = value();
       char* end = nullptr;
       const long n = std::strtol(v.c_str(), &end, 10);
@@ -67,9 +79,14 @@ Args parse(int argc, char** argv) {
     };
     if (flag == "--workload") {
       a.workload = value();
-      if (a.workload != "tiny" && a.workload != "image" && a.workload != "cpu") {
-        usage("--workload must be tiny, image or cpu");
+      if (a.workload != "tiny" && a.workload != "image" && a.workload != "cpu" &&
+          a.workload != "folder" && a.workload != "tokens") {
+        usage("--workload must be tiny, image, cpu, folder or tokens");
       }
+    } else if (flag == "--data") {
+      a.data = value();
+    } else if (flag == "--samples") {
+      a.samples = static_cast<std::size_t>(number(1, 1000000000));
     } else if (flag == "--workers") {
       a.workers = number(0, 256);
     } else if (flag == "--epochs") {
@@ -91,6 +108,9 @@ Args parse(int argc, char** argv) {
     }
   }
   if (a.persistent && a.workers == 0) usage("--persistent needs --workers 1 or more");
+  if ((a.workload == "folder" || a.workload == "tokens") && a.data.empty()) {
+    usage("--workload " + a.workload + " needs --data (bench/compare/run.sh generates it)");
+  }
   return a;
 }
 
@@ -163,15 +183,49 @@ int run_memcpy(const Args& a) {
   return 0;
 }
 
+// The last element of a field, as a double: the consumer's token work per batch.
+double last_element(const stoker::Tensor& t) {
+  const std::size_t last = t.numel() - 1;
+  switch (t.dtype()) {
+    case stoker::DType::kUInt8:
+      return t.data<std::uint8_t>()[last];
+    case stoker::DType::kUInt16:
+      return t.data<std::uint16_t>()[last];
+    case stoker::DType::kInt32:
+      return t.data<std::int32_t>()[last];
+    case stoker::DType::kInt64:
+      return static_cast<double>(t.data<std::int64_t>()[last]);
+    case stoker::DType::kFloat32:
+      return t.data<float>()[last];
+    default:
+      return 0;
+  }
+}
+
+// How a workload is loaded and how its batches are checked. Synthetic workloads know the last
+// value of every batch, so the epoch's checksum is compared with the one computed directly;
+// real data gets a sanity check on each batch instead.
+struct Plan {
+  std::size_t batch_size = 1;
+  bool drop_last = false;
+  bool shuffle = false;
+  std::shared_ptr<stoker::Sampler> sampler;
+  std::function<double(std::size_t)> expected_last;  // the checksum term of sample `last`
+  std::function<bool(const stoker::Batch&)> check;   // real data: is this batch plausible
+};
+
 template <class D>
-int run(const Args& a, D dataset, std::size_t batch_size) {
+int run(const Args& a, D dataset, const Plan& plan) {
   stoker::LoaderOptions opt;
-  opt.batch_size = batch_size;
+  opt.batch_size = plan.batch_size;
   opt.num_workers = a.workers;
   opt.persistent_workers = a.persistent;
   opt.prefetch_factor = a.prefetch;
   opt.collect_stats = a.stats;
-  opt.drop_last = a.workload == "tiny";
+  opt.drop_last = plan.drop_last;
+  opt.shuffle = plan.shuffle;
+  opt.sampler = plan.sampler;
+  opt.seed = 42;
   const std::size_t n = dataset.size();
   stoker::DataLoader loader(std::move(dataset), opt);
 
@@ -180,6 +234,7 @@ int run(const Args& a, D dataset, std::size_t batch_size) {
   double first_batch_cold_ms = 0;
   double checksum = 0;
   double expected = 0;
+  bool checks_ok = true;
   std::size_t bytes_per_epoch = 0;
   std::size_t samples_per_epoch = 0;
   double cpu_start = 0;
@@ -192,6 +247,7 @@ int run(const Args& a, D dataset, std::size_t batch_size) {
 
   for (int e = 0; e < a.warmup + a.epochs; ++e) {
     const bool timed = e >= a.warmup;
+    loader.set_epoch(static_cast<std::size_t>(e));
     if (e == a.warmup) {
       cpu_start = cpu_seconds(RUSAGE_SELF) + cpu_seconds(RUSAGE_CHILDREN);
       for (const pid_t pid : loader.worker_pids()) {
@@ -209,14 +265,8 @@ int run(const Args& a, D dataset, std::size_t batch_size) {
         first = Clock::now();
         have_first = true;
       }
-      const stoker::Tensor& data = batch["data"];
-      const stoker::Tensor& label = batch["label"];
-      if constexpr (std::is_same_v<D, stoker::bench::ImageDataset>) {
-        sum += static_cast<double>(data.data<std::uint8_t>()[data.numel() - 1]);
-      } else {
-        sum += static_cast<double>(data.data<float>()[data.numel() - 1]);
-      }
-      sum += static_cast<double>(label.data<std::int64_t>()[label.numel() - 1]);
+      for (const auto& [name, tensor] : batch) sum += last_element(tensor);
+      if (plan.check && !plan.check(batch)) checks_ok = false;
       bytes += batch.nbytes();
       samples += batch.size();
       if (timed && Clock::now() >= next_sample) {
@@ -232,10 +282,11 @@ int run(const Args& a, D dataset, std::size_t batch_size) {
     checksum += sum;
     bytes_per_epoch = bytes;
     samples_per_epoch = samples;
-    const std::size_t batches = loader.size();
-    for (std::size_t b = 0; b < batches; ++b) {
-      const std::size_t last = std::min((b + 1) * batch_size, n) - 1;
-      expected += D::last_value(last) + static_cast<double>(last % 10);
+    if (plan.expected_last) {
+      const std::size_t batches = loader.size();
+      for (std::size_t b = 0; b < batches; ++b) {
+        expected += plan.expected_last(std::min((b + 1) * plan.batch_size, n) - 1);
+      }
     }
   }
   double cpu = cpu_seconds(RUSAGE_SELF) + cpu_seconds(RUSAGE_CHILDREN) - cpu_start;
@@ -248,20 +299,96 @@ int run(const Args& a, D dataset, std::size_t batch_size) {
   std::vector<double> sorted = epoch_s;
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[sorted.size() / 2];
+  std::vector<double> sorted_first = first_batch_ms;
+  std::sort(sorted_first.begin(), sorted_first.end());
   const double total_samples = static_cast<double>(samples_per_epoch) * a.epochs;
+  const bool ok = checks_ok && (!plan.expected_last || checksum == expected);
   fmt::print(
       "{{\"impl\": \"stoker\", \"variant\": \"{}\", \"workload\": \"{}\", \"workers\": {}, "
       "\"batch_size\": {}, \"prefetch_factor\": {}, \"samples_per_epoch\": {}, "
       "\"bytes_per_epoch\": {}, \"epoch_s\": [{:.6f}], \"first_batch_ms\": [{:.3f}], "
-      "\"first_batch_cold_ms\": {:.3f}, \"samples_per_s\": {:.1f}, \"mb_per_s\": {:.1f}, "
-      "\"cpu_us_per_sample\": {:.3f}, \"peak_pss_mb\": {:.1f}, \"checksum\": {:.1f}, "
-      "\"checksum_ok\": {}, \"command\": \"{}\"}}\n",
-      a.persistent ? "persistent" : "default", a.workload, a.workers, batch_size, a.prefetch,
+      "\"first_batch_median_ms\": {:.3f}, \"first_batch_cold_ms\": {:.3f}, "
+      "\"samples_per_s\": {:.1f}, \"mb_per_s\": {:.1f}, \"cpu_us_per_sample\": {:.3f}, "
+      "\"peak_pss_mb\": {:.1f}, \"checksum\": {:.1f}, \"checksum_ok\": {}, \"command\": \"{}\"}}\n",
+      a.persistent ? "persistent" : "default", a.workload, a.workers, plan.batch_size, a.prefetch,
       samples_per_epoch, bytes_per_epoch, fmt::join(epoch_s, ", "), fmt::join(first_batch_ms, ", "),
-      first_batch_cold_ms, static_cast<double>(samples_per_epoch) / median,
+      sorted_first[sorted_first.size() / 2], first_batch_cold_ms,
+      static_cast<double>(samples_per_epoch) / median,
       static_cast<double>(bytes_per_epoch) / median / 1e6, cpu / total_samples * 1e6, peak_pss,
-      checksum, checksum == expected ? "true" : "false", a.command);
-  return checksum == expected ? 0 : 1;
+      checksum, ok ? "true" : "false", a.command);
+  return ok ? 0 : 1;
+}
+
+// A synthetic workload: the checksum term of a batch is its last sample's value and label.
+template <class D>
+int run_synthetic(const Args& a, D dataset, std::size_t batch_size, bool drop_last) {
+  if (a.samples != 0) dataset.n = a.samples;
+  Plan plan;
+  plan.batch_size = batch_size;
+  plan.drop_last = drop_last;
+  plan.expected_last = [](std::size_t last) {
+    return D::last_value(last) + static_cast<double>(last % 10);
+  };
+  return run(a, std::move(dataset), plan);
+}
+
+// The real image pipeline: decode, resize the shorter side to 256, center-crop 224, random
+// horizontal flip; shuffled, batch 64 (torchvision's ImageFolder with the same transforms is
+// what bench/compare sets it against).
+int run_folder(const Args& a) {
+  stoker::ImageFolderDataset::Options o;
+  o.resize = 256;
+  o.crop = 224;
+  o.random_flip = true;
+  stoker::ImageFolderDataset dataset(a.data, o);
+  const auto classes = static_cast<std::int64_t>(dataset.classes().size());
+  Plan plan;
+  plan.batch_size = 64;
+  // Shuffled; --samples S takes S random images per epoch.
+  if (a.samples != 0) {
+    stoker::RandomSampler::Options so;
+    so.num_samples = a.samples;
+    so.seed = 42;
+    plan.sampler = std::make_shared<stoker::RandomSampler>(dataset.size(), so);
+  } else {
+    plan.shuffle = true;
+  }
+  plan.check = [classes](const stoker::Batch& b) {
+    const stoker::Tensor& image = b["image"];
+    const stoker::Tensor& label = b["label"];
+    const std::int64_t* y = label.data<std::int64_t>();
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      if (y[i] < 0 || y[i] >= classes) return false;
+    }
+    return image.dim() == 4 && image.size(1) == 3 && image.size(2) == 224 && image.size(3) == 224;
+  };
+  return run(a, std::move(dataset), plan);
+}
+
+// The language-model pipeline: S random 1,024-token windows per epoch (int64 input and target,
+// what an embedding layer takes), batch 32.
+int run_tokens(const Args& a) {
+  stoker::TokenDataset::Options o;
+  o.context = 1024;
+  o.dtype = stoker::DType::kInt64;
+  o.format = stoker::TokenDataset::Format::kRaw;
+  stoker::TokenDataset dataset({a.data}, o);
+  stoker::RandomSampler::Options so;
+  so.num_samples = a.samples != 0 ? a.samples : 8192;
+  so.seed = 42;
+  Plan plan;
+  plan.batch_size = 32;
+  plan.sampler = std::make_shared<stoker::RandomSampler>(dataset.size(), so);
+  // The target is the input shifted by one token.
+  plan.check = [](const stoker::Batch& b) {
+    const stoker::Tensor& x = b["input"];
+    const stoker::Tensor& y = b["target"];
+    const std::size_t t = static_cast<std::size_t>(x.size(1));
+    const std::int64_t* xl = x.data<std::int64_t>() + (b.size() - 1) * t;
+    const std::int64_t* yl = y.data<std::int64_t>() + (b.size() - 1) * t;
+    return std::equal(xl + 1, xl + t, yl);
+  };
+  return run(a, std::move(dataset), plan);
 }
 
 }  // namespace
@@ -270,9 +397,11 @@ int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
   if (a.memcpy_only) return run_memcpy(a);
   try {
-    if (a.workload == "tiny") return run(a, stoker::bench::TinyDataset{}, 256);
-    if (a.workload == "image") return run(a, stoker::bench::ImageDataset{}, 64);
-    return run(a, stoker::bench::CpuDataset{}, 32);
+    if (a.workload == "tiny") return run_synthetic(a, stoker::bench::TinyDataset{}, 256, true);
+    if (a.workload == "image") return run_synthetic(a, stoker::bench::ImageDataset{}, 64, false);
+    if (a.workload == "cpu") return run_synthetic(a, stoker::bench::CpuDataset{}, 32, false);
+    if (a.workload == "folder") return run_folder(a);
+    return run_tokens(a);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "stoker-bench: %s\n", e.what());
     return 1;
