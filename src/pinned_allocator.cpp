@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -59,6 +60,15 @@ std::optional<std::uint64_t> memlock_limit() {
 std::string memlock_text() {
   const std::optional<std::uint64_t> limit = memlock_limit();
   return limit ? format_bytes(*limit) : std::string("unlimited");
+}
+
+// mlock(2) and munlock(2) by system call: sanitizer runtimes replace the libc functions with
+// ones that do nothing, and the allocator's accounting and errors must stay real under them.
+int lock_pages(void* p, std::size_t bytes) noexcept {
+  return static_cast<int>(::syscall(SYS_mlock, p, bytes));
+}
+int unlock_pages(void* p, std::size_t bytes) noexcept {
+  return static_cast<int>(::syscall(SYS_munlock, p, bytes));
 }
 
 constexpr const char* kFixes =
@@ -149,7 +159,7 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
       // The driver marks registered ranges MADV_DONTFORK; a ring's workers are forked after
       // its slots are pinned (respawns, replacements) and must still see every slot.
       ::madvise(data, bytes, MADV_DOFORK);
-    } else if (::mlock(data, bytes) != 0) {
+    } else if (lock_pages(data, bytes) != 0) {
       throw_lock_failed(bytes, errno);
     }
     stats_.in_use_bytes += bytes;
@@ -163,7 +173,7 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
     if (cuda_ != nullptr) {
       cuda_->host_unregister(data);
     } else {
-      ::munlock(data, bytes);
+      unlock_pages(data, bytes);
     }
     stats_.in_use_bytes -= bytes;
   }
@@ -234,7 +244,7 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
     // Workers forked later need none of the staging blocks: not copying them keeps fork()
     // cheap, and the parent's pinned pages from turning copy-on-write.
     ::madvise(p, capacity, MADV_DONTFORK);
-    if (::mlock(p, capacity) != 0) {
+    if (lock_pages(p, capacity) != 0) {
       const int err = errno;
       ::munmap(p, capacity);
       throw_lock_failed(capacity, err);

@@ -154,7 +154,7 @@ TEST_CASE("the size probe takes the largest of samples spread over the dataset, 
   REQUIRE(*dataset.calls == 0);
 }
 
-TEST_CASE("a probe that crashes or throws part-way keeps what it measured; none, no check",
+TEST_CASE("a probe that crashes or throws part-way keeps what it measured, and none means no check",
           "[memory]") {
   test::disable_core_dumps();
   LoaderOptions opt;

@@ -100,7 +100,7 @@ TEST_CASE("detect_launch: Slurm counts only inside an srun step", "[launch]") {
   }
 }
 
-TEST_CASE("detect_launch: explicit values win; inconsistent ones are errors", "[launch]") {
+TEST_CASE("detect_launch: explicit values win, and inconsistent ones are errors", "[launch]") {
   SECTION("overrides") {
     const Environment env({{"RANK", "1"}, {"WORLD_SIZE", "2"}});
     LaunchOverrides o;

@@ -575,7 +575,7 @@ TEST_CASE("sample_rng: outside a dataset's get() it throws std::logic_error", "[
       MessageContains({"called outside a dataset's get()", "(seed, epoch, index)"}));
 }
 
-TEST_CASE("Generator: uniform in [0, 1), and in [low, high)", "[sampler][random]") {
+TEST_CASE("Generator: uniform from 0 up to 1, and from low up to high", "[sampler][random]") {
   Generator rng(42);
   const std::size_t draws = 100000;
   double sum = 0;
@@ -624,7 +624,7 @@ TEST_CASE("Generator: normal() has mean 0 and variance 1", "[sampler][random]") 
   REQUIRE(std::abs(fraction(within_one, draws) - 0.6827) < 0.01);
 }
 
-TEST_CASE("Generator: shuffle is a permutation; same seed, same stream", "[sampler][random]") {
+TEST_CASE("Generator: shuffle is a permutation, the same for the same seed", "[sampler][random]") {
   Generator rng(3);
   Indices v = iota_vec(100);
   rng.shuffle(v.begin(), v.end());
