@@ -82,10 +82,9 @@ constexpr std::chrono::seconds kProbeTimeout{10};
 // thread when a slot is released. Outlives the loader when the program keeps batches.
 struct RingShared {
   std::unique_ptr<Ring> ring;
-  // pin_mode kRegister: the locked ranges of each slot (declared after `ring`, so they are
-  // unlocked before it is unmapped), and how far from its start each slot is locked.
-  std::vector<PinnedRange> pins;
-  std::vector<std::size_t> pinned_upto;
+  // pin_mode kRegister: the locked range of each slot, from its start (declared after `ring`,
+  // so they are unlocked before it is unmapped).
+  std::vector<PinnedRange> pins;  // per slot, empty until first pinned
   // held[s]: true from delivery until the last copy of the Batch is gone. Written by main at
   // delivery (relaxed, before the Batch exists) and by ~SlotLease (release, in whichever thread
   // drops the last copy); read by main's reclaim() (acquire, pairs with that release so the
@@ -155,10 +154,14 @@ struct Plan {
   bool has_batches() const noexcept { return iterable || num_batches > 0; }
 };
 
-std::string trace_path_for(const LoaderOptions& o) {
-  if (!o.trace_path.empty()) return o.trace_path;
-  const char* env = std::getenv("STOKER_TRACE");
-  return env != nullptr ? std::string(env) : std::string();
+std::string loader_trace_path(const LoaderOptions& o) {
+  std::optional<std::size_t> rank;
+  try {
+    const LaunchInfo launch = detect_launch();
+    if (launch.world_size > 1) rank = launch.rank;
+  } catch (...) {  // inconsistent launcher variables: the sampler reports them
+  }
+  return trace_path_for(o.trace_path, rank);
 }
 
 std::size_t batches_for(std::size_t n, const LoaderOptions& o) noexcept {
@@ -221,6 +224,7 @@ struct LoaderCore::Impl {
   Clock::time_point epoch_end{};  // set when the epoch's last batch has been delivered
   StatsCollector collector;       // the rest of stats(), the trace
   StagePolicy inline_stages;      // num_workers == 0: which batches to time stage by stage
+  bool pin_warned = false;        // a batch was delivered unpinned (logged once)
   Clock::time_point last_health_log{};
 
   Impl(LoaderOptions o, std::function<std::size_t()> size, ProduceFn p, DatasetProbe dp)
@@ -231,7 +235,7 @@ struct LoaderCore::Impl {
                                                  : static_cast<std::size_t>(options.num_workers)),
         iterable(!dataset_size),
         dataset_probe(std::move(dp)),
-        collector(options.collect_stats, trace_path_for(options)) {
+        collector(options.collect_stats, loader_trace_path(options)) {
     if (!iterable) return;
     const char* conflict = options.sampler                                   ? "sampler"
                            : options.batch_sampler                           ? "batch_sampler"
@@ -549,8 +553,8 @@ struct LoaderCore::Impl {
     const bool ring = options.pin_mode == PinMode::kRegister;
     const std::size_t locked = ring ? e.ring_bytes : e.pinned_bytes;
     const PinnedStats now = pinned().stats();
-    const std::size_t free =
-        now.budget_bytes - std::min(now.budget_bytes, now.in_use_bytes + now.cached_bytes);
+    // Cached blocks count as free: the allocator releases them when it needs the room.
+    const std::size_t free = now.budget_bytes - std::min(now.budget_bytes, now.in_use_bytes);
     if (locked <= free) return;
     throw PinnedMemoryError(
         fmt::format("DataLoader: pin_memory would lock about {} ({}) but the pinned allocator "
@@ -970,7 +974,8 @@ struct LoaderCore::Impl {
         if (s / per_channel() != c || slots[s].phase != Phase::kIssued) continue;
         --channels[c].outstanding;
         slots[s].phase = live_plan(slots[s].plan) != nullptr ? Phase::kReady : Phase::kFree;
-        if (collector.enabled()) {
+        if (collector.enabled() && slots[s].phase == Phase::kReady &&
+            ring().header(s).status == SlotStatus::kOk) {
           collector.on_batch_loaded(channels[c].position, channels[c].process.pid(),
                                     ring().header(s));
         }
@@ -1031,7 +1036,9 @@ struct LoaderCore::Impl {
     load_batch(ring(), *memory, *s, nullptr, produce, skip_samples(),
                collector.enabled() && inline_stages.next(), &inline_error);
     inline_stages.record(ring().header(*s));
-    if (collector.enabled()) collector.on_batch_loaded(0, ::getpid(), ring().header(*s));
+    if (collector.enabled() && ring().header(*s).status == SlotStatus::kOk) {
+      collector.on_batch_loaded(0, ::getpid(), ring().header(*s));
+    }
     slots[*s].phase = Phase::kReady;
     return true;
   }
@@ -1071,16 +1078,32 @@ struct LoaderCore::Impl {
     shared->held[s].store(true, std::memory_order_relaxed);
     state.phase = Phase::kHeld;
     auto lease = std::make_shared<SlotLease>(shared, s);
-    const bool pin_slot = options.pin_memory && options.pin_mode == PinMode::kRegister;
-    if (pin_slot) pin_committed(s);
+    const bool pin_slot = options.pin_memory && options.pin_mode == PinMode::kRegister &&
+                          pin_committed(s);
     std::vector<Field> fields = read_fields(ring(), s, lease);
     const std::span<const std::size_t> indices(
         reinterpret_cast<const std::size_t*>(ring().indices(s)),
         plan.iterable ? 0 : header.num_kept);
     Batch batch(std::move(fields), indices, plan.epoch, k, std::move(lease), header.num_kept,
                 pin_slot);
-    if (options.pin_memory && options.pin_mode == PinMode::kCopy) return copy_to_pinned(batch);
+    if (options.pin_memory && options.pin_mode == PinMode::kCopy) {
+      if (std::optional<Batch> staged = copy_to_pinned(batch)) return std::move(*staged);
+    }
     return batch;
+  }
+
+  // A batch that cannot be pinned mid-epoch (the budget checked before forking was an
+  // estimate: samples vary, other loaders share the allocator) is delivered unpinned, not
+  // lost: is_pinned() says so, and the log says why, once per loader.
+  void warn_unpinned(const std::exception& e) noexcept {
+    if (pin_warned) return;
+    pin_warned = true;
+    try {
+      logger().warn("stoker: a batch could not be pinned and is delivered unpinned "
+                    "(Batch::is_pinned() is false): {}",
+                    e.what());
+    } catch (...) {
+    }
   }
 
   PinnedAllocator& pinned() {
@@ -1088,28 +1111,42 @@ struct LoaderCore::Impl {
     return *options.pinned_allocator;
   }
 
-  // pin_mode kRegister: locks what slot s has committed and is not locked yet. A slot grows,
-  // never shrinks, so each page is locked once, by the range that first covered it.
-  void pin_committed(std::size_t s) {
-    if (shared->pinned_upto.empty()) shared->pinned_upto.assign(ring().num_slots(), 0);
-    const std::size_t committed =
-        std::min(round_up(ring().header(s).committed.load(std::memory_order_relaxed), kPageSize),
-                 ring().slot_bytes());
-    std::size_t& upto = shared->pinned_upto[s];
-    if (committed <= upto) return;
-    shared->pins.push_back(pinned().pin_range(ring().slot(s) + upto, committed - upto));
-    upto = committed;
+  // pin_mode kRegister: locks slot s from its start to what it has committed. A slot grows,
+  // never shrinks; when it has grown, its range is unlocked and locked again whole (one
+  // registration per slot, which CUDA copies treat as one pinned range). The slot is being
+  // delivered, so no Batch refers to it meanwhile. False when it cannot be locked.
+  bool pin_committed(std::size_t s) noexcept {
+    try {
+      if (shared->pins.empty()) shared->pins.resize(ring().num_slots());
+      const std::size_t committed = std::min(
+          round_up(ring().header(s).committed.load(std::memory_order_relaxed), kPageSize),
+          ring().slot_bytes());
+      PinnedRange& range = shared->pins[s];
+      if (committed <= range.size()) return true;
+      range = PinnedRange();
+      range = pinned().pin_range(ring().slot(s), committed);
+      return true;
+    } catch (const std::exception& e) {
+      warn_unpinned(e);
+      return false;
+    }
   }
 
   // pin_mode kCopy: the batch, copied into one pinned staging block (fields 64-byte aligned);
   // its slot is freed when `view` goes.
-  Batch copy_to_pinned(const Batch& view) {
+  std::optional<Batch> copy_to_pinned(const Batch& view) {
     std::size_t total = view.indices().size() * sizeof(std::size_t);
     for (const Field& field : view.fields()) total = round_up(total, 64) + field.second.nbytes();
     struct Staged {
       PinnedBlock block;
     };
-    auto staged = std::make_shared<Staged>(Staged{pinned().allocate(std::max<std::size_t>(total, 1))});
+    std::shared_ptr<Staged> staged;
+    try {
+      staged = std::make_shared<Staged>(Staged{pinned().allocate(std::max<std::size_t>(total, 1))});
+    } catch (const std::exception& e) {
+      warn_unpinned(e);
+      return std::nullopt;
+    }
     std::byte* const base = staged->block.data();
     std::memcpy(base, view.indices().data(), view.indices().size() * sizeof(std::size_t));
     std::size_t at = view.indices().size() * sizeof(std::size_t);
@@ -1486,7 +1523,7 @@ struct LoaderCore::Impl {
       stats.samples += batch->size();
       stats.bytes += batch->nbytes();
       if (collector.enabled() || options.log_interval.count() > 0) {
-        after_delivery(start, batch->size(), batch->nbytes());
+        after_delivery(start, batch->index(), batch->size(), batch->nbytes());
       }
     } else if (epoch_end == Clock::time_point{}) {
       epoch_end = Clock::now();
@@ -1495,13 +1532,14 @@ struct LoaderCore::Impl {
   }
 
   // Stats beyond the counters, and the health line when it is due.
-  void after_delivery(Clock::time_point start, std::size_t samples, std::size_t bytes) {
+  void after_delivery(Clock::time_point start, std::uint64_t index, std::size_t samples,
+                      std::size_t bytes) {
     const Clock::time_point end = Clock::now();
     auto ns = [](Clock::time_point t) {
       return static_cast<std::uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
     };
-    collector.on_delivered(ns(start), ns(end), samples, bytes);
+    collector.on_delivered(ns(start), ns(end), index, samples, bytes);
     if (options.log_interval.count() > 0 && end - last_health_log >= options.log_interval &&
         logger().should_log(spdlog::level::info)) {
       last_health_log = end;

@@ -66,6 +66,11 @@ void validate(const LoaderOptions& o) {
         "LoaderOptions::max_batches_per_worker needs num_workers > 0 (there is no worker to "
         "recycle)");
   }
+  if (o.pin_mode != PinMode::kRegister && o.pin_mode != PinMode::kCopy) {
+    throw std::invalid_argument(
+        fmt::format("LoaderOptions::pin_mode is {}; it must be PinMode::kRegister or kCopy",
+                    static_cast<int>(o.pin_mode)));
+  }
   if (o.log_interval.count() < 0) {
     throw std::invalid_argument(fmt::format(
         "LoaderOptions::log_interval is {} ms; it must be >= 0 (0 turns the health line off)",

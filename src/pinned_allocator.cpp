@@ -31,6 +31,7 @@ namespace detail {
 namespace {
 
 constexpr std::size_t kPage = 4096;
+constexpr std::size_t kMaxPinnedBytes = std::size_t{1} << 48;  // no size-class arithmetic wraps
 
 std::optional<std::uint64_t> meminfo_available() {
   std::string text;
@@ -40,9 +41,15 @@ std::optional<std::uint64_t> meminfo_available() {
   return std::strtoull(text.c_str() + at + 13, nullptr, 10) * 1024;
 }
 
-// Whether this process may lock memory past RLIMIT_MEMLOCK (CAP_IPC_LOCK, bit 14).
+// Whether this process may lock memory past RLIMIT_MEMLOCK (CAP_IPC_LOCK, bit 14). Inside a
+// user namespace (rootless containers) the capability shows but the kernel checks it against
+// the initial namespace, so it does not count there.
 bool has_ipc_lock() {
   std::string text;
+  if (posix::read_file("/proc/self/uid_map", text) &&
+      text.find("4294967295") == std::string::npos) {
+    return false;  // not the initial user namespace, whose map covers every id
+  }
   if (!posix::read_file("/proc/self/status", text)) return false;
   const std::size_t at = text.find("CapEff:");
   if (at == std::string::npos) return false;
@@ -106,7 +113,10 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
   const std::string& reason() const noexcept { return reason_; }
 
   PinnedBlock allocate(std::size_t bytes) {
-    if (bytes == 0) throw std::invalid_argument("PinnedAllocator::allocate: 0 bytes asked for");
+    if (bytes == 0 || bytes > kMaxPinnedBytes) {
+      throw std::invalid_argument(fmt::format(
+          "PinnedAllocator::allocate: {} bytes asked for; it must be 1 .. 2^48", bytes));
+    }
     const std::size_t capacity = PinnedAllocator::size_class(bytes);
     std::unique_lock<std::mutex> lock(mutex_);
     ++stats_.allocations;
@@ -140,10 +150,11 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
 
   PinnedRange pin_range(void* data, std::size_t bytes) {
     const auto address = reinterpret_cast<std::uintptr_t>(data);
-    if (data == nullptr || bytes == 0 || address % kPage != 0 || bytes % kPage != 0) {
+    if (data == nullptr || bytes == 0 || bytes > kMaxPinnedBytes || address % kPage != 0 ||
+        bytes % kPage != 0) {
       throw std::invalid_argument(fmt::format(
           "PinnedAllocator::pin_range: the range ({}, {} bytes) must be non-empty and "
-          "page-aligned ({} bytes)",
+          "page-aligned ({} bytes), at most 2^48 bytes",
           data, bytes, kPage));
     }
     const std::lock_guard<std::mutex> lock(mutex_);
@@ -158,7 +169,17 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
       }
       // The driver marks registered ranges MADV_DONTFORK; a ring's workers are forked after
       // its slots are pinned (respawns, replacements) and must still see every slot.
-      ::madvise(data, bytes, MADV_DOFORK);
+      if (::madvise(data, bytes, MADV_DOFORK) != 0) {
+        const int err = errno;
+        cuda_->host_unregister(data);
+        throw PinnedMemoryError(
+            posix::errno_message(
+                fmt::format("PinnedAllocator: after cudaHostRegister of {}, madvise(MADV_DOFORK) "
+                            "failed, so processes forked later would not see the range",
+                            format_bytes(bytes)),
+                err),
+            bytes, budget_, stats_.in_use_bytes + stats_.cached_bytes);
+      }
     } else if (lock_pages(data, bytes) != 0) {
       throw_lock_failed(bytes, errno);
     }

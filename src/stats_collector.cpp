@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <set>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -71,101 +73,122 @@ std::optional<CpuTimes> read_cpu_times() {
   return parse_cpu_times(text);
 }
 
-bool write_trace(const std::string& path, std::vector<TraceEvent> events) {
-  static std::mutex mutex;
-  static std::map<std::string, std::vector<TraceEvent>> traces;
-  const std::lock_guard<std::mutex> lock(mutex);
-  std::vector<TraceEvent>& all = traces[path];
-  all.insert(all.end(), events.begin(), events.end());
-
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) {
-    logger().warn("stoker: cannot write the trace to {}: {}", path, std::strerror(errno));
-    return false;
+std::string trace_path_for(const std::string& option, std::optional<std::size_t> rank) {
+  std::string path = option;
+  if (path.empty()) {
+    const char* env = std::getenv("STOKER_TRACE");
+    if (env == nullptr || *env == '\0') return {};
+    path = env;
   }
+  if (rank) {
+    const std::size_t slash = path.rfind('/');
+    const std::size_t dot = path.rfind('.');
+    const std::size_t at =
+        dot != std::string::npos && (slash == std::string::npos || dot > slash) ? dot
+                                                                                : path.size();
+    path.insert(at, fmt::format(".rank{}", *rank));
+  }
+  return path;
+}
+
+bool write_trace(const std::string& path, const std::vector<TraceEvent>& events) {
+  static std::mutex mutex;
+  static std::set<std::string> started;  // paths this process has begun
+  const std::lock_guard<std::mutex> lock(mutex);
+  const bool append = started.count(path) != 0;
+  fmt::memory_buffer out;
+  const auto it = std::back_inserter(out);
   const pid_t self = ::getpid();
-  std::map<std::int32_t, std::uint32_t> workers;  // worker pids and their ids, for names
-  for (const TraceEvent& e : all) {
+  // Process names first: the main process, then each worker pid seen.
+  fmt::format_to(it, "{}\n{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"args\":{{\"name\":"
+      "\"main (consumer)\"}}}}",
+      append ? "," : "[", self);
+  std::map<std::int32_t, std::uint32_t> workers;
+  for (const TraceEvent& e : events) {
     if (e.kind == TraceEvent::Kind::kBatch && e.pid != self) workers.emplace(e.pid, e.worker);
   }
-  fmt::memory_buffer out;
-  fmt::format_to(std::back_inserter(out), "{{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
-  fmt::format_to(std::back_inserter(out),
-                 "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"args\":{{\"name\":"
-                 "\"main (consumer)\"}}}}",
-                 self);
   for (const auto& [pid, id] : workers) {
-    fmt::format_to(std::back_inserter(out),
-                   ",\n{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"args\":{{\"name\":"
-                   "\"worker {} (pid {})\"}}}}",
-                   pid, id, pid);
+    fmt::format_to(it, ",\n{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"args\":{{\"name\":"
+        "\"worker {} (pid {})\"}}}}",
+        pid, id, pid);
   }
   auto us = [](std::uint64_t ns) { return static_cast<double>(ns) / 1000.0; };
-  for (const TraceEvent& e : all) {
+  for (const TraceEvent& e : events) {
     switch (e.kind) {
       case TraceEvent::Kind::kBatch:
-        fmt::format_to(std::back_inserter(out),
-                       ",\n{{\"name\":\"batch {}\",\"cat\":\"load\",\"ph\":\"X\",\"pid\":{},"
-                       "\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},\"args\":{{\"epoch\":{},"
-                       "\"worker\":{},\"samples\":{}",
-                       e.value, e.pid, e.pid, us(e.start_ns), us(e.length_ns), e.epoch, e.worker,
-                       e.samples);
+        fmt::format_to(it, ",\n{{\"name\":\"batch {}\",\"cat\":\"load\",\"ph\":\"X\",\"pid\":{},\"tid\":{},"
+            "\"ts\":{:.3f},\"dur\":{:.3f},\"args\":{{\"epoch\":{},\"worker\":{},\"samples\":{}",
+            e.value, e.pid, e.pid, us(e.start_ns), us(e.length_ns), e.epoch, e.worker, e.samples);
         if (e.get_ns + e.collate_ns > 0) {
-          fmt::format_to(std::back_inserter(out), ",\"get_ms\":{:.3f},\"collate_ms\":{:.3f}",
-                         static_cast<double>(e.get_ns) / 1e6,
-                         static_cast<double>(e.collate_ns) / 1e6);
+          fmt::format_to(it, ",\"get_ms\":{:.3f},\"collate_ms\":{:.3f}", static_cast<double>(e.get_ns) / 1e6,
+              static_cast<double>(e.collate_ns) / 1e6);
         }
-        fmt::format_to(std::back_inserter(out), "}}}}");
+        fmt::format_to(it, "}}}}");
         break;
       case TraceEvent::Kind::kWait:
-        fmt::format_to(std::back_inserter(out),
-                       ",\n{{\"name\":\"next() wait\",\"cat\":\"consumer\",\"ph\":\"X\","
-                       "\"pid\":{},\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},\"args\":{{\"epoch\":"
-                       "{},\"batch\":{}}}}}",
-                       e.pid, e.pid, us(e.start_ns), us(e.length_ns), e.epoch, e.value);
+        fmt::format_to(it, ",\n{{\"name\":\"next() wait\",\"cat\":\"consumer\",\"ph\":\"X\",\"pid\":{},"
+            "\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},\"args\":{{\"epoch\":{},\"batch\":{}}}}}",
+            e.pid, e.pid, us(e.start_ns), us(e.length_ns), e.epoch, e.value);
         break;
       case TraceEvent::Kind::kReady:
-        fmt::format_to(std::back_inserter(out),
-                       ",\n{{\"name\":\"ready batches\",\"ph\":\"C\",\"pid\":{},\"ts\":{:.3f},"
-                       "\"args\":{{\"ready\":{}}}}}",
-                       e.pid, us(e.start_ns), e.value);
+        fmt::format_to(it, ",\n{{\"name\":\"ready batches\",\"ph\":\"C\",\"pid\":{},\"ts\":{:.3f},"
+            "\"args\":{{\"ready\":{}}}}}",
+            e.pid, us(e.start_ns), e.value);
         break;
     }
   }
-  fmt::format_to(std::back_inserter(out), "\n]}}\n");
-  const bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
-  if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+  fmt::format_to(it, "\n]\n");
+  // Appending replaces the closing "\n]\n" the previous write left.
+  std::FILE* f = std::fopen(path.c_str(), append ? "r+" : "w");
+  bool ok = f != nullptr;
+  if (ok && append) ok = std::fseek(f, -3, SEEK_END) == 0;
+  if (ok) ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
+  if (f != nullptr && std::fclose(f) != 0) ok = false;
+  if (!ok) {
     logger().warn("stoker: cannot write the trace to {}: {}", path, std::strerror(errno));
-    std::remove(tmp.c_str());
     return false;
   }
+  started.insert(path);
   return true;
 }
 
 StatsCollector::StatsCollector(bool enabled, std::string trace_path)
     : enabled_(enabled || !trace_path.empty()),
       trace_path_(std::move(trace_path)),
-      self_(::getpid()) {}
+      self_(::getpid()) {
+  if (trace_path_.empty()) return;
+  // Said now, not when the loader is destroyed hours later.
+  const std::size_t slash = trace_path_.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : trace_path_.substr(0, slash + 1);
+  if (::access(dir.c_str(), W_OK) != 0) {
+    logger().warn("stoker: cannot write the trace to {}: {} is not a writable directory ({}); "
+                  "no trace is recorded",
+                  trace_path_, dir, std::strerror(errno));
+    trace_path_.clear();
+  }
+}
 
 StatsCollector::~StatsCollector() {
   if (tracing() && !trace_.empty()) {
     try {
-      write_trace(trace_path_, std::move(trace_));
+      write_trace(trace_path_, trace_);
     } catch (...) {  // a destructor: the trace is lost, the program goes on
     }
   }
 }
 
-void StatsCollector::record(const TraceEvent& event) {
-  if (trace_.size() < kMaxTraceEvents) {
-    trace_.push_back(event);
-    return;
-  }
-  if (!trace_full_warned_) {
-    trace_full_warned_ = true;
-    logger().warn("stoker: the trace for {} reached {} events; later events are not recorded",
-                  trace_path_, kMaxTraceEvents);
+void StatsCollector::record(const TraceEvent& event) noexcept {
+  try {
+    if (trace_.size() < kMaxTraceEvents) {
+      trace_.push_back(event);
+      return;
+    }
+    if (!trace_full_warned_) {
+      trace_full_warned_ = true;
+      logger().warn("stoker: the trace for {} reached {} events; later events are not recorded",
+                    trace_path_, kMaxTraceEvents);
+    }
+  } catch (...) {  // out of memory: the trace loses the event, the loader goes on
   }
 }
 
@@ -193,12 +216,19 @@ void StatsCollector::begin_epoch(std::size_t num_workers, std::uint64_t epoch,
   cpu_at_start_ = read_cpu_times();
 }
 
-void StatsCollector::on_batch_loaded(std::size_t worker, pid_t pid, const SlotHeader& header) {
+void StatsCollector::on_batch_loaded(std::size_t worker, pid_t pid,
+                                     const SlotHeader& header) noexcept {
   if (!enabled_ || header.end_ns < header.start_ns) return;
   const std::uint64_t busy = header.end_ns - header.start_ns;
   std::vector<WorkerAccum>* into = &workers_;
   if (header.epoch != epoch_) {  // loaded ahead, for the next epoch
-    if (ahead_epoch_ != header.epoch) ahead_.assign(workers_.size(), WorkerAccum{});
+    if (ahead_epoch_ != header.epoch) {
+      try {
+        ahead_.assign(workers_.size(), WorkerAccum{});
+      } catch (...) {
+        return;
+      }
+    }
     ahead_epoch_ = header.epoch;
     into = &ahead_;
   }
@@ -231,14 +261,15 @@ void StatsCollector::on_request(std::size_t ready, std::uint64_t now_ns) {
 }
 
 void StatsCollector::on_delivered(std::uint64_t start_ns, std::uint64_t end_ns,
-                                  std::uint64_t samples, std::uint64_t bytes) {
+                                  std::uint64_t index, std::uint64_t samples,
+                                  std::uint64_t bytes) {
   if (!enabled_) return;
   samples_ += samples;
   bytes_ += bytes;
   last_delivery_ns_ = end_ns;
   if (tracing()) {
-    record(TraceEvent{TraceEvent::Kind::kWait, self_, 0, start_ns, end_ns - start_ns,
-                      requests_ > 0 ? requests_ - 1 : 0, epoch_, 0, 0, samples});
+    record(TraceEvent{TraceEvent::Kind::kWait, self_, 0, start_ns, end_ns - start_ns, index,
+                      epoch_, 0, 0, samples});
   }
   const Checkpoint& newest = window_[(window_next_ + kWindow - 1) % kWindow];
   if (window_count_ == 0 || end_ns - newest.time_ns >= kCheckpointNs) {
@@ -303,9 +334,13 @@ void StatsCollector::fill(LoaderStats& out, const std::vector<pid_t>& pids,
   if (cpu_at_start_) {
     if (const std::optional<CpuTimes> now = read_cpu_times()) {
       if (now->total > cpu_at_start_->total) {
-        const double total = static_cast<double>(now->total - cpu_at_start_->total);
-        const double idle = static_cast<double>(now->idle - cpu_at_start_->idle);
-        const double iowait = static_cast<double>(now->iowait - cpu_at_start_->iowait);
+        // Differences as signed: the kernel's idle and iowait counters may step backwards.
+        auto delta = [](std::uint64_t later, std::uint64_t earlier) {
+          return later > earlier ? static_cast<double>(later - earlier) : 0.0;
+        };
+        const double total = delta(now->total, cpu_at_start_->total);
+        const double idle = delta(now->idle, cpu_at_start_->idle);
+        const double iowait = delta(now->iowait, cpu_at_start_->iowait);
         out.cpu_busy_fraction = std::clamp((total - idle - iowait) / total, 0.0, 1.0);
         out.iowait_fraction = std::clamp(iowait / total, 0.0, 1.0);
       }

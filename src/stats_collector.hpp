@@ -50,10 +50,16 @@ struct TraceEvent {
   std::uint64_t samples;
 };
 
-// Appends a loader's events to the trace at `path` (every loader of the process writing to the
-// same path shares one file) and rewrites it as Chrome trace JSON. Returns false and logs a
-// warning when the file cannot be written. Thread-safe.
-bool write_trace(const std::string& path, std::vector<TraceEvent> events);
+// Writes a loader's events to the trace at `path` as a JSON array of Chrome trace events: the
+// first loader of the process to write there starts the file, later ones append to it (it
+// stays valid JSON after each). Returns false and logs a warning when the file cannot be
+// written. Thread-safe.
+bool write_trace(const std::string& path, const std::vector<TraceEvent>& events);
+
+// The trace path for LoaderOptions::trace_path, or else STOKER_TRACE; under a launcher with
+// several ranks, ".rank<r>" goes before the extension so that ranks do not share a file.
+// Empty: no trace.
+std::string trace_path_for(const std::string& option, std::optional<std::size_t> rank);
 
 class StatsCollector {
  public:
@@ -69,12 +75,12 @@ class StatsCollector {
   // A new epoch: the per-worker figures, window and occupancy start over.
   void begin_epoch(std::size_t num_workers, std::uint64_t epoch, std::uint64_t now_ns);
   // A loading process published the batch in `header` (worker id `worker`, process `pid`).
-  void on_batch_loaded(std::size_t worker, pid_t pid, const SlotHeader& header);
+  void on_batch_loaded(std::size_t worker, pid_t pid, const SlotHeader& header) noexcept;
   // The consumer asked for a batch and `ready` were waiting in the ring.
   void on_request(std::size_t ready, std::uint64_t now_ns);
-  // A batch was handed to the consumer after a wait of [start, end).
-  void on_delivered(std::uint64_t start_ns, std::uint64_t end_ns, std::uint64_t samples,
-                    std::uint64_t bytes);
+  // Batch `index` was handed to the consumer after a wait of [start, end).
+  void on_delivered(std::uint64_t start_ns, std::uint64_t end_ns, std::uint64_t index,
+                    std::uint64_t samples, std::uint64_t bytes);
 
   // Fills the collector's fields of `out` (whose basic counters and epoch_seconds are set).
   // `pids` are the live processes serving each worker id (0: none), `ring_slots` the ring's.
@@ -96,9 +102,9 @@ class StatsCollector {
   };
   static constexpr std::size_t kWindow = 21;  // checkpoints every 250 ms: a 5 s window
   static constexpr std::uint64_t kCheckpointNs = 250'000'000;
-  static constexpr std::size_t kMaxTraceEvents = 2'000'000;
+  static constexpr std::size_t kMaxTraceEvents = 1'000'000;
 
-  void record(const TraceEvent& event);
+  void record(const TraceEvent& event) noexcept;
 
   bool enabled_;
   std::string trace_path_;

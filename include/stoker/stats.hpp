@@ -55,8 +55,9 @@ struct LoaderStats {
   double recent_bytes_per_second = 0;
   // Per worker channel (empty when num_workers == 0).
   std::vector<WorkerStats> workers;
-  // The ring: slots in all, and the mean number holding a loaded batch (ready or held by the
-  // consumer) when the consumer asked for the next one; occupancy = that mean / slots.
+  // The ring: slots in all (with a spare set under max_batches_per_worker), and the mean
+  // number holding a loaded batch not yet handed out when the consumer asked for the next one;
+  // occupancy = that mean / slots (near 0: data-bound; near 1: the consumer is the slow side).
   std::size_t ring_slots = 0;
   double ring_occupancy = 0;
   // Memory now: the main process, and the shared ring's committed bytes.

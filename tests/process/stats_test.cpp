@@ -280,12 +280,16 @@ TEST_CASE("trace_path writes a Chrome trace with a span per batch per worker", "
   }
   const std::string trace = read_all(path);
   std::remove(path.c_str());
-  REQUIRE(trace.rfind("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", 0) == 0);
-  REQUIRE(trace.find("]}") != std::string::npos);
+  REQUIRE(trace.rfind("[\n{\"name\":\"process_name\"", 0) == 0);
+  REQUIRE(trace.size() > 3);
+  REQUIRE(trace.substr(trace.size() - 3) == "\n]\n");
   // Persistent workers go on to load some of epoch 1 ahead: those are spans of epoch 1.
   REQUIRE(count(trace, "\"args\":{\"epoch\":0,\"worker\"") == 10);
   REQUIRE(count(trace, "\"cat\":\"load\"") <= 10 + 4);
   REQUIRE(count(trace, "\"name\":\"next() wait\"") == 10);
+  for (int k = 0; k < 10; ++k) {  // each wait names the batch it returned
+    REQUIRE(trace.find("\"batch\":" + std::to_string(k) + "}") != std::string::npos);
+  }
   REQUIRE(count(trace, "\"name\":\"ready batches\"") >= 10);
   REQUIRE(pids.size() == 2);
   for (const pid_t pid : pids) {
@@ -352,4 +356,34 @@ TEST_CASE("stats have no GPU figures without the management library", "[stats]")
   DataLoader loader(IndexDataset{10, {}}, opt);
   for (const Batch& batch : loader) REQUIRE(batch.size() == 5);
   REQUIRE(!loader.stats().gpu.has_value());
+}
+
+TEST_CASE("loaders tracing to one path share the file, which stays valid JSON", "[stats]") {
+  const std::string path = "/tmp/stoker-trace-two-" + std::to_string(::getpid()) + ".json";
+  for (int round = 0; round < 2; ++round) {
+    LoaderOptions opt;
+    opt.batch_size = 5;
+    opt.trace_path = path;
+    DataLoader loader(IndexDataset{20, {}}, opt);
+    for (const Batch& batch : loader) REQUIRE(batch.size() == 5);
+  }
+  const std::string trace = read_all(path);
+  std::remove(path.c_str());
+  REQUIRE(count(trace, "\"cat\":\"load\"") == 8);  // 4 batches from each loader
+  REQUIRE(count(trace, "[") == 1);
+  REQUIRE(count(trace, "]") == 1);
+  REQUIRE(trace.substr(trace.size() - 3) == "\n]\n");
+  REQUIRE(count(trace, "{") == count(trace, "}"));
+  REQUIRE(trace.find(",\n,") == std::string::npos);
+}
+
+TEST_CASE("under a launcher each rank traces to its own file", "[stats]") {
+  REQUIRE(detail::trace_path_for("/tmp/t.json", std::nullopt) == "/tmp/t.json");
+  REQUIRE(detail::trace_path_for("/tmp/t.json", 3) == "/tmp/t.rank3.json");
+  REQUIRE(detail::trace_path_for("/tmp/dir.d/trace", 1) == "/tmp/dir.d/trace.rank1");
+  ::setenv("STOKER_TRACE", "/tmp/env.json", 1);
+  REQUIRE(detail::trace_path_for("", 0) == "/tmp/env.rank0.json");
+  REQUIRE(detail::trace_path_for("/tmp/option.json", std::nullopt) == "/tmp/option.json");
+  ::unsetenv("STOKER_TRACE");
+  REQUIRE(detail::trace_path_for("", std::nullopt).empty());
 }
