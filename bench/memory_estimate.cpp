@@ -79,8 +79,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::printf("| num_workers | estimate (MiB) | measured peak tree PSS (MiB) | measured / estimate "
-              "| rule of thumb (MiB) |\n|---|---|---|---|---|\n");
+  std::printf(
+      "| num_workers | estimate (MiB) | measured peak tree PSS (MiB) | measured / estimate "
+      "| rule of thumb (MiB) |\n|---|---|---|---|---|\n");
   std::vector<std::string> json;
   for (const int workers : worker_counts) {
     stoker::LoaderOptions opt;
@@ -115,7 +116,8 @@ int main(int argc, char** argv) {
         "{{\"bench\": \"memory_estimate\", \"workers\": {}, \"batch_size\": 64, "
         "\"bytes_per_sample\": {}, \"estimate_bytes\": {}, \"ring_bytes\": {}, "
         "\"worker_private_bytes\": {}, \"main_bytes\": {}, \"peak_tree_pss_bytes\": {}, "
-        "\"ratio\": {:.3f}, \"samples\": {}, \"command\": \"build/release/bench/memory_estimate\"}}",
+        "\"ratio\": {:.3f}, \"samples\": {}, \"command\": "
+        "\"build/release/bench/memory_estimate\"}}",
         workers, e.bytes_per_sample, e.total_bytes, e.ring_bytes, e.worker_private_bytes,
         e.main_bytes, peak.load(), ratio, samples));
   }

@@ -30,8 +30,8 @@ struct Result {
 };
 
 // Median and best bandwidth of `copies` synchronous copies of `bytes` from `src` to `dst`.
-Result measure(const stoker::detail::CudaRuntime& rt, void* dst, const void* src,
-               std::size_t bytes, int copies) {
+Result measure(const stoker::detail::CudaRuntime& rt, void* dst, const void* src, std::size_t bytes,
+               int copies) {
   std::vector<double> rates;
   for (int i = 0; i < copies + 1; ++i) {
     const Clock::time_point t0 = Clock::now();
@@ -108,8 +108,8 @@ int main(int argc, char** argv) {
   const std::string runtime = stoker::detail::cuda_runtime_status();
 
   std::vector<std::byte> pageable(bytes, std::byte{1});
-  print("pageable heap buffer", bytes, measure(*rt, device, pageable.data(), bytes, copies),
-        copies, runtime);
+  print("pageable heap buffer", bytes, measure(*rt, device, pageable.data(), bytes, copies), copies,
+        runtime);
 
   stoker::PinnedAllocator pinned;
   stoker::PinnedBlock block = pinned.allocate(bytes);

@@ -46,15 +46,17 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(8));  // the training step
       }
       const stoker::LoaderStats s = loader.stats();
-      fmt::print("epoch {}: {:.0f} samples/s, consumer waited {:.1f}%, ring {:.0f}% ready, "
-                 "tree PSS {:.1f} MiB\n",
-                 epoch, s.samples_per_second(), 100 * s.wait_fraction(), 100 * s.ring_occupancy,
-                 static_cast<double>(s.tree_pss_bytes()) / (1 << 20));
+      fmt::print(
+          "epoch {}: {:.0f} samples/s, consumer waited {:.1f}%, ring {:.0f}% ready, "
+          "tree PSS {:.1f} MiB\n",
+          epoch, s.samples_per_second(), 100 * s.wait_fraction(), 100 * s.ring_occupancy,
+          static_cast<double>(s.tree_pss_bytes()) / (1 << 20));
       for (const stoker::WorkerStats& w : s.workers) {
-        fmt::print("  worker {} (pid {}): {} batches, {:.0f}% busy: get() {:.3f} s, collate "
-                   "{:.3f} s, write {:.3f} s\n",
-                   w.worker_id, w.pid, w.batches, 100 * w.busy_fraction, w.get_seconds,
-                   w.collate_seconds, w.write_seconds);
+        fmt::print(
+            "  worker {} (pid {}): {} batches, {:.0f}% busy: get() {:.3f} s, collate "
+            "{:.3f} s, write {:.3f} s\n",
+            w.worker_id, w.pid, w.batches, 100 * w.busy_fraction, w.get_seconds, w.collate_seconds,
+            w.write_seconds);
       }
       const stoker::Diagnosis d = stoker::diagnose(s);
       fmt::print("  diagnosis: {}\n  advice: {}\n", d.summary, d.advice);

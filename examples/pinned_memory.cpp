@@ -29,8 +29,8 @@ struct Images {
 int main() {
   // One allocator for the process, with an explicit budget (the default is half of MemAvailable,
   // or RLIMIT_MEMLOCK for mlock without CAP_IPC_LOCK).
-  auto pinned = std::make_shared<stoker::PinnedAllocator>(
-      stoker::PinnedOptions{std::size_t{64} << 20, true});
+  auto pinned =
+      std::make_shared<stoker::PinnedAllocator>(stoker::PinnedOptions{std::size_t{64} << 20, true});
   fmt::print("pinned memory backend: {} ({})\n", stoker::to_string(pinned->backend()),
              pinned->backend_reason());
 
@@ -49,10 +49,11 @@ int main() {
       if (batch.is_pinned()) ++pinned_batches;
     }
     const stoker::PinnedStats s = pinned->stats();
-    fmt::print("{}: {} of {} batches pinned; allocator: {} in use, {} cached, {} ranges "
-               "registered, {} blocks reused\n",
-               mode == stoker::PinMode::kRegister ? "register" : "copy", pinned_batches, batches,
-               s.in_use_bytes, s.cached_bytes, s.registrations, s.cache_hits);
+    fmt::print(
+        "{}: {} of {} batches pinned; allocator: {} in use, {} cached, {} ranges "
+        "registered, {} blocks reused\n",
+        mode == stoker::PinMode::kRegister ? "register" : "copy", pinned_batches, batches,
+        s.in_use_bytes, s.cached_bytes, s.registrations, s.cache_hits);
     if (pinned_batches != batches) return 1;
   }
 

@@ -205,8 +205,8 @@ int main(int argc, char** argv) {
     const stoker::LoaderStats stats = loader.stats();
     for (const stoker::WorkerStats& w : stats.workers) {
       std::printf("worker %zu: %llu batches, %.0f%% busy (get() %.3f s, collate %.3f s)\n",
-                  w.worker_id, static_cast<unsigned long long>(w.batches),
-                  100.0 * w.busy_fraction, w.get_seconds, w.collate_seconds);
+                  w.worker_id, static_cast<unsigned long long>(w.batches), 100.0 * w.busy_fraction,
+                  w.get_seconds, w.collate_seconds);
     }
     std::printf("diagnosis: %s\n", stoker::diagnose(stats).summary.c_str());
   } catch (const std::exception& e) {

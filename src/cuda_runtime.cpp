@@ -80,7 +80,8 @@ Found find_runtime() {
   }
   rt.devices = count;
   found.usable = true;
-  found.status = fmt::format("CUDA runtime {} with {} device{}", path, count, count == 1 ? "" : "s");
+  found.status =
+      fmt::format("CUDA runtime {} with {} device{}", path, count, count == 1 ? "" : "s");
   return found;
 }
 

@@ -557,16 +557,16 @@ struct LoaderCore::Impl {
     const std::size_t free = now.budget_bytes - std::min(now.budget_bytes, now.in_use_bytes);
     if (locked <= free) return;
     throw PinnedMemoryError(
-        fmt::format("DataLoader: pin_memory would lock about {} ({}) but the pinned allocator "
-                    "has {} of its {} budget left (backend {}). Lower batch_size, num_workers or "
-                    "prefetch_factor{}, raise the budget (PinnedOptions::budget_bytes, and "
-                    "`ulimit -l` for mlock), or set pin_memory = false",
-                    format_bytes(locked),
-                    ring ? fmt::format("the ring: {} slots x {}", e.num_slots,
-                                       format_bytes(e.slot_bytes))
-                         : std::string("two staging blocks of a batch"),
-                    format_bytes(free), format_bytes(now.budget_bytes), to_string(now.backend),
-                    ring ? ", or use pin_mode = kCopy (locks two batches, not the ring)" : ""),
+        fmt::format(
+            "DataLoader: pin_memory would lock about {} ({}) but the pinned allocator "
+            "has {} of its {} budget left (backend {}). Lower batch_size, num_workers or "
+            "prefetch_factor{}, raise the budget (PinnedOptions::budget_bytes, and "
+            "`ulimit -l` for mlock), or set pin_memory = false",
+            format_bytes(locked),
+            ring ? fmt::format("the ring: {} slots x {}", e.num_slots, format_bytes(e.slot_bytes))
+                 : std::string("two staging blocks of a batch"),
+            format_bytes(free), format_bytes(now.budget_bytes), to_string(now.backend),
+            ring ? ", or use pin_mode = kCopy (locks two batches, not the ring)" : ""),
         locked, now.budget_bytes, now.in_use_bytes + now.cached_bytes);
   }
 
@@ -1078,8 +1078,8 @@ struct LoaderCore::Impl {
     shared->held[s].store(true, std::memory_order_relaxed);
     state.phase = Phase::kHeld;
     auto lease = std::make_shared<SlotLease>(shared, s);
-    const bool pin_slot = options.pin_memory && options.pin_mode == PinMode::kRegister &&
-                          pin_committed(s);
+    const bool pin_slot =
+        options.pin_memory && options.pin_mode == PinMode::kRegister && pin_committed(s);
     std::vector<Field> fields = read_fields(ring(), s, lease);
     const std::span<const std::size_t> indices(
         reinterpret_cast<const std::size_t*>(ring().indices(s)),
@@ -1099,9 +1099,10 @@ struct LoaderCore::Impl {
     if (pin_warned) return;
     pin_warned = true;
     try {
-      logger().warn("stoker: a batch could not be pinned and is delivered unpinned "
-                    "(Batch::is_pinned() is false): {}",
-                    e.what());
+      logger().warn(
+          "stoker: a batch could not be pinned and is delivered unpinned "
+          "(Batch::is_pinned() is false): {}",
+          e.what());
     } catch (...) {
     }
   }
@@ -1118,9 +1119,9 @@ struct LoaderCore::Impl {
   bool pin_committed(std::size_t s) noexcept {
     try {
       if (shared->pins.empty()) shared->pins.resize(ring().num_slots());
-      const std::size_t committed = std::min(
-          round_up(ring().header(s).committed.load(std::memory_order_relaxed), kPageSize),
-          ring().slot_bytes());
+      const std::size_t committed =
+          std::min(round_up(ring().header(s).committed.load(std::memory_order_relaxed), kPageSize),
+                   ring().slot_bytes());
       PinnedRange& range = shared->pins[s];
       if (committed <= range.size()) return true;
       range = PinnedRange();
@@ -1556,7 +1557,8 @@ struct LoaderCore::Impl {
         "{:.0f}%; {} workers {:.0f}% busy; ring {:.0f}% ready; memory {} (tree PSS)",
         s.epoch, s.batches, s.samples_per_second(), s.recent_samples_per_second,
         format_bytes(static_cast<std::size_t>(s.bytes_per_second())), 100 * s.wait_fraction(),
-        s.workers.size(), s.workers.empty() ? 0.0 : 100 * busy / static_cast<double>(s.workers.size()),
+        s.workers.size(),
+        s.workers.empty() ? 0.0 : 100 * busy / static_cast<double>(s.workers.size()),
         100 * s.ring_occupancy, format_bytes(s.tree_pss_bytes()));
   }
 

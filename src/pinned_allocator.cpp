@@ -152,10 +152,10 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
     const auto address = reinterpret_cast<std::uintptr_t>(data);
     if (data == nullptr || bytes == 0 || bytes > kMaxPinnedBytes || address % kPage != 0 ||
         bytes % kPage != 0) {
-      throw std::invalid_argument(fmt::format(
-          "PinnedAllocator::pin_range: the range ({}, {} bytes) must be non-empty and "
-          "page-aligned ({} bytes), at most 2^48 bytes",
-          data, bytes, kPage));
+      throw std::invalid_argument(
+          fmt::format("PinnedAllocator::pin_range: the range ({}, {} bytes) must be non-empty and "
+                      "page-aligned ({} bytes), at most 2^48 bytes",
+                      data, bytes, kPage));
     }
     const std::lock_guard<std::mutex> lock(mutex_);
     make_room(bytes, "a range of");
@@ -247,15 +247,13 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
       void* p = nullptr;
       const int rc = cuda_->host_alloc(&p, capacity, kCudaHostAllocPortable);
       if (rc != 0 || p == nullptr) {
-        throw PinnedMemoryError(
-            fmt::format("PinnedAllocator: cudaHostAlloc of {} failed: {}; {}",
-                        format_bytes(capacity), cuda_->error(rc), kFixes),
-            capacity, budget_, stats_.in_use_bytes + stats_.cached_bytes);
+        throw PinnedMemoryError(fmt::format("PinnedAllocator: cudaHostAlloc of {} failed: {}; {}",
+                                            format_bytes(capacity), cuda_->error(rc), kFixes),
+                                capacity, budget_, stats_.in_use_bytes + stats_.cached_bytes);
       }
       return static_cast<std::byte*>(p);
     }
-    void* p = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-                     0);
+    void* p = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
       throw PinnedMemoryError(
           posix::errno_message(

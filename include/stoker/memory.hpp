@@ -64,7 +64,7 @@ struct MemoryEstimate {
   std::size_t bytes_per_sample = 0;  // measured on a few samples, or given
   std::size_t batch_bytes = 0;       // one batch's payload
   std::size_t num_slots = 0;
-  std::size_t slot_bytes = 0;            // one slot: header, indices, payload, layout
+  std::size_t slot_bytes = 0;  // one slot: header, indices, payload, layout
   std::size_t ring_bytes = 0;  // the shared ring, every slot filled (num_workers = 0: one)
   std::size_t worker_private_bytes = 0;  // each worker: its samples in flight and its base
   std::size_t main_bytes = 0;            // the main process now (PSS), before the loader forks

@@ -49,13 +49,13 @@ class PinnedMemoryError : public Error {
 struct PinnedStats {
   PinnedBackend backend = PinnedBackend::kMlock;
   std::size_t budget_bytes = 0;
-  std::size_t in_use_bytes = 0;      // handed out (block capacities), and registered ranges
-  std::size_t cached_bytes = 0;      // freed blocks kept for reuse (pinned, counted in budget)
-  std::size_t peak_bytes = 0;        // highest in_use + cached
-  std::uint64_t allocations = 0;     // allocate() calls
-  std::uint64_t cache_hits = 0;      // served from a cached block
-  std::uint64_t cache_misses = 0;    // a new block pinned
-  std::uint64_t registrations = 0;   // ranges pinned with pin_range()
+  std::size_t in_use_bytes = 0;     // handed out (block capacities), and registered ranges
+  std::size_t cached_bytes = 0;     // freed blocks kept for reuse (pinned, counted in budget)
+  std::size_t peak_bytes = 0;       // highest in_use + cached
+  std::uint64_t allocations = 0;    // allocate() calls
+  std::uint64_t cache_hits = 0;     // served from a cached block
+  std::uint64_t cache_misses = 0;   // a new block pinned
+  std::uint64_t registrations = 0;  // ranges pinned with pin_range()
 };
 
 struct PinnedOptions {
