@@ -154,14 +154,20 @@ struct Plan {
   bool has_batches() const noexcept { return iterable || num_batches > 0; }
 };
 
-std::string loader_trace_path(const LoaderOptions& o) {
-  std::optional<std::size_t> rank;
+// The launcher's ranks, or a single process when its variables are inconsistent (the
+// DistributedSampler, not the loader, reports those).
+LaunchInfo detect_launch_quietly() {
   try {
-    const LaunchInfo launch = detect_launch();
-    if (launch.world_size > 1) rank = launch.rank;
-  } catch (...) {  // inconsistent launcher variables: the sampler reports them
+    return detect_launch();
+  } catch (...) {
+    return LaunchInfo{};
   }
-  return trace_path_for(o.trace_path, rank);
+}
+
+std::string loader_trace_path(const LoaderOptions& o) {
+  const LaunchInfo launch = detect_launch_quietly();
+  return trace_path_for(o.trace_path,
+                        launch.world_size > 1 ? std::optional(launch.rank) : std::nullopt);
 }
 
 std::size_t batches_for(std::size_t n, const LoaderOptions& o) noexcept {
@@ -538,9 +544,11 @@ struct LoaderCore::Impl {
     in.streaming = !options.collate && options.on_sample_error != OnSampleError::kSkip && !iterable;
     in.cache_bytes = dataset_probe.cache_bytes;
     if (options.pin_memory && options.pin_mode == PinMode::kCopy && bytes > 0) {
-      // The staging blocks: the batch the consumer holds and the next one being copied.
+      // The staging blocks: the batch the consumer holds and the next one being copied, each
+      // its samples, their indices and up to 64 bytes of alignment per field.
+      constexpr std::size_t kFieldAlignmentSlack = 64 * 16;  // 16 fields
       in.pinned_bytes = 2 * PinnedAllocator::size_class(batch * (bytes + sizeof(std::size_t)) +
-                                                        std::size_t{64} * 16);
+                                                        kFieldAlignmentSlack);
     }
     return estimate_memory(in);
   }
@@ -593,14 +601,6 @@ struct LoaderCore::Impl {
     if (options.check_memory && bytes) check_memory(*bytes, system);
     if (bytes) check_pinned(*bytes);
     prepared = true;
-  }
-
-  static LaunchInfo detect_launch_quietly() {
-    try {
-      return detect_launch();
-    } catch (...) {
-      return LaunchInfo{};
-    }
   }
 
   void check_memory(std::size_t bytes, const SystemInfo& system) {

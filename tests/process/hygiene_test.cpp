@@ -14,26 +14,13 @@
 
 #include "log.hpp"
 #include "posix.hpp"
+#include "support/captured_log.hpp"
 #include "support/clean_state.hpp"
 #include "support/datasets.hpp"
 
 using namespace stoker;
 using stoker::test::IndexDataset;
 using Clock = std::chrono::steady_clock;
-
-namespace {
-
-// Routes stoker's logger into a string for the test's lifetime.
-struct CapturedLog {
-  std::ostringstream text;
-  std::vector<spdlog::sink_ptr> previous = stoker::detail::logger().sinks();
-  CapturedLog() {
-    stoker::detail::logger().sinks() = {std::make_shared<spdlog::sinks::ostream_sink_mt>(text)};
-  }
-  ~CapturedLog() { stoker::detail::logger().sinks() = previous; }
-};
-
-}  // namespace
 
 TEST_CASE("stopped and spinning workers are killed on shutdown", "[fault][shutdown]") {
   const bool stopped = GENERATE(false, true);
@@ -89,7 +76,7 @@ TEST_CASE("an exception in a user collate names the collate", "[fault][exception
 }
 
 TEST_CASE("forking from a multi-threaded process warns once", "[hygiene]") {
-  CapturedLog log;
+  const test::CapturedLog log;
   std::atomic<bool> done{false};
   std::thread other([&done] {
     while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -105,7 +92,7 @@ TEST_CASE("forking from a multi-threaded process warns once", "[hygiene]") {
   }
   done = true;
   other.join();
-  const std::string text = log.text.str();
+  const std::string text = log.text();
   INFO(text);
   REQUIRE_THAT(text, Catch::Contains("forking DataLoader workers from a process with 2 threads"));
   // Once per process, not once per fork.

@@ -15,9 +15,8 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <spdlog/sinks/ostream_sink.h>
 
-#include "log.hpp"
+#include "support/captured_log.hpp"
 #include "support/datasets.hpp"
 
 using namespace stoker;
@@ -36,14 +35,6 @@ std::size_t locked_bytes() {
   }
   std::fclose(f);
   return kb * 1024;
-}
-
-std::size_t count_of(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
-    ++n;
-  }
-  return n;
 }
 
 void use_mlock_only() { ::setenv("STOKER_CUDART", "none", 1); }
@@ -290,8 +281,7 @@ TEST_CASE("with a CUDA runtime, blocks come from cudaHostAlloc and ranges are re
   ::munmap(p, 1 << 16);
 }
 
-TEST_CASE("a failing cudaHostAlloc is a PinnedMemoryError with the runtime's message",
-          "[pinned]") {
+TEST_CASE("a failing cudaHostAlloc is a PinnedMemoryError with the runtime's message", "[pinned]") {
   use_fake_cuda();
   ::setenv("FAKE_CUDART_FAIL_ALLOC", "1", 1);
   PinnedAllocator pinned(PinnedOptions{std::size_t{64} << 20, true});
@@ -390,8 +380,7 @@ TEST_CASE("pin_memory (register) through the CUDA runtime registers slots", "[pi
   REQUIRE(fake_count(kUnregister) == fake_count(kRegister));
 }
 
-TEST_CASE("pin_memory (copy) stages batches in pinned blocks and frees slots early",
-          "[pinned]") {
+TEST_CASE("pin_memory (copy) stages batches in pinned blocks and frees slots early", "[pinned]") {
   if (!may_lock(std::size_t{4} << 20)) return;
   use_mlock_only();
   auto pinned = std::make_shared<PinnedAllocator>(PinnedOptions{std::size_t{64} << 20, true});
@@ -428,8 +417,7 @@ TEST_CASE("pin_memory (copy) stages batches in pinned blocks and frees slots ear
   REQUIRE(s.cache_misses == 12);
 }
 
-TEST_CASE("pin_memory past the pinned budget fails before forking, naming the fixes",
-          "[pinned]") {
+TEST_CASE("pin_memory past the pinned budget fails before forking, naming the fixes", "[pinned]") {
   use_mlock_only();
   LoaderOptions opt;
   opt.batch_size = 64;
@@ -437,7 +425,8 @@ TEST_CASE("pin_memory past the pinned budget fails before forking, naming the fi
   opt.pin_memory = true;
   opt.sample_bytes = 150'000;
   opt.check_memory = false;
-  opt.pinned_allocator = std::make_shared<PinnedAllocator>(PinnedOptions{std::size_t{1} << 20, true});
+  opt.pinned_allocator =
+      std::make_shared<PinnedAllocator>(PinnedOptions{std::size_t{1} << 20, true});
   DataLoader loader(IndexDataset{1000, {}}, opt);
   try {
     (void)loader.begin();
@@ -457,10 +446,7 @@ TEST_CASE("a batch that cannot be pinned mid-epoch is delivered unpinned, with a
           "[pinned]") {
   use_mlock_only();
   if (!may_lock(std::size_t{1} << 20)) return;
-  std::ostringstream text;
-  auto& log = detail::logger();
-  const auto previous = log.sinks();
-  log.sinks() = {std::make_shared<spdlog::sinks::ostream_sink_mt>(text)};
+  std::string out;
   LoaderOptions opt;
   opt.batch_size = 5;
   opt.num_workers = 1;
@@ -470,10 +456,11 @@ TEST_CASE("a batch that cannot be pinned mid-epoch is delivered unpinned, with a
   opt.pinned_allocator = std::make_shared<PinnedAllocator>(PinnedOptions{2 * 4096, true});
   std::vector<Batch> kept;
   {
+    const test::CapturedLog log;
     DataLoader loader(IndexDataset{20, {}}, opt);
     for (const Batch& batch : loader) kept.push_back(batch);
+    out = log.text();
   }
-  log.sinks() = previous;
   REQUIRE(kept.size() == 4);
   REQUIRE(kept[0].is_pinned());
   REQUIRE(kept[1].is_pinned());
@@ -484,8 +471,7 @@ TEST_CASE("a batch that cannot be pinned mid-epoch is delivered unpinned, with a
       REQUIRE(kept[k]["index"].data<std::int64_t>()[r] == static_cast<std::int64_t>(5 * k + r));
     }
   }
-  const std::string out = text.str();
   CAPTURE(out);
-  REQUIRE(count_of(out, "could not be pinned and is delivered unpinned") == 1);
+  REQUIRE(test::count_of(out, "could not be pinned and is delivered unpinned") == 1);
   REQUIRE_THAT(out, Catch::Contains("would pass the budget"));
 }

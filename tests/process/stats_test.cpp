@@ -11,10 +11,9 @@
 #include <thread>
 
 #include <catch2/catch.hpp>
-#include <spdlog/sinks/ostream_sink.h>
 
-#include "log.hpp"
 #include "stats_collector.hpp"
+#include "support/captured_log.hpp"
 #include "support/clean_state.hpp"
 #include "support/datasets.hpp"
 
@@ -29,14 +28,6 @@ void spin_for(std::chrono::microseconds us) {
   const auto until = std::chrono::steady_clock::now() + us;
   while (std::chrono::steady_clock::now() < until) {
   }
-}
-
-std::size_t count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
-    ++n;
-  }
-  return n;
 }
 
 std::string read_all(const std::string& path) {
@@ -196,13 +187,9 @@ TEST_CASE("/proc/stat's cpu line is parsed into busy, idle and iowait ticks", "[
 }
 
 TEST_CASE("a health line is logged at info level every log_interval", "[stats]") {
-  std::ostringstream text;
-  auto& log = detail::logger();
-  const auto previous_sinks = log.sinks();
-  const auto previous_level = log.level();
-  log.sinks() = {std::make_shared<spdlog::sinks::ostream_sink_mt>(text)};
-  log.set_level(spdlog::level::info);
+  std::string out;
   {
+    const test::CapturedLog log(spdlog::level::info);
     LoaderOptions opt;
     opt.batch_size = 2;
     opt.num_workers = 1;
@@ -212,23 +199,16 @@ TEST_CASE("a health line is logged at info level every log_interval", "[stats]")
       REQUIRE(batch.size() == 2);
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
+    out = log.text();
   }
-  log.sinks() = previous_sinks;
-  log.set_level(previous_level);
-  const std::string out = text.str();
   CAPTURE(out);
-  REQUIRE(count(out, "samples/s") >= 2);
-  REQUIRE(count(out, "consumer waited") >= 2);
-  REQUIRE(count(out, "workers") >= 2);
+  REQUIRE(test::count_of(out, "samples/s") >= 2);
+  REQUIRE(test::count_of(out, "consumer waited") >= 2);
+  REQUIRE(test::count_of(out, "workers") >= 2);
 }
 
 TEST_CASE("no health line below info level, or with log_interval = 0", "[stats]") {
-  std::ostringstream text;
-  auto& log = detail::logger();
-  const auto previous_sinks = log.sinks();
-  const auto previous_level = log.level();
-  log.sinks() = {std::make_shared<spdlog::sinks::ostream_sink_mt>(text)};
-  log.set_level(spdlog::level::info);
+  const test::CapturedLog log(spdlog::level::info);
   {
     LoaderOptions opt;
     opt.batch_size = 2;
@@ -240,7 +220,7 @@ TEST_CASE("no health line below info level, or with log_interval = 0", "[stats]"
       std::this_thread::sleep_for(std::chrono::milliseconds(3));
     }
   }
-  log.set_level(spdlog::level::warn);
+  detail::logger().set_level(spdlog::level::warn);
   {
     LoaderOptions opt;
     opt.batch_size = 2;
@@ -252,9 +232,7 @@ TEST_CASE("no health line below info level, or with log_interval = 0", "[stats]"
       std::this_thread::sleep_for(std::chrono::milliseconds(3));
     }
   }
-  log.sinks() = previous_sinks;
-  log.set_level(previous_level);
-  REQUIRE(text.str().find("samples/s") == std::string::npos);
+  REQUIRE(log.text().find("samples/s") == std::string::npos);
 }
 
 TEST_CASE("a negative log_interval is refused", "[stats]") {
@@ -265,8 +243,7 @@ TEST_CASE("a negative log_interval is refused", "[stats]") {
 }
 
 TEST_CASE("trace_path writes a Chrome trace with a span per batch per worker", "[stats]") {
-  const std::string path =
-      "/tmp/stoker-trace-test-" + std::to_string(::getpid()) + ".json";
+  const std::string path = "/tmp/stoker-trace-test-" + std::to_string(::getpid()) + ".json";
   std::vector<pid_t> pids;
   {
     LoaderOptions opt;
@@ -284,26 +261,25 @@ TEST_CASE("trace_path writes a Chrome trace with a span per batch per worker", "
   REQUIRE(trace.size() > 3);
   REQUIRE(trace.substr(trace.size() - 3) == "\n]\n");
   // Persistent workers go on to load some of epoch 1 ahead: those are spans of epoch 1.
-  REQUIRE(count(trace, "\"args\":{\"epoch\":0,\"worker\"") == 10);
-  REQUIRE(count(trace, "\"cat\":\"load\"") <= 10 + 4);
-  REQUIRE(count(trace, "\"name\":\"next() wait\"") == 10);
+  REQUIRE(test::count_of(trace, "\"args\":{\"epoch\":0,\"worker\"") == 10);
+  REQUIRE(test::count_of(trace, "\"cat\":\"load\"") <= 10 + 4);
+  REQUIRE(test::count_of(trace, "\"name\":\"next() wait\"") == 10);
   for (int k = 0; k < 10; ++k) {  // each wait names the batch it returned
     REQUIRE(trace.find("\"batch\":" + std::to_string(k) + "}") != std::string::npos);
   }
-  REQUIRE(count(trace, "\"name\":\"ready batches\"") >= 10);
+  REQUIRE(test::count_of(trace, "\"name\":\"ready batches\"") >= 10);
   REQUIRE(pids.size() == 2);
   for (const pid_t pid : pids) {
     REQUIRE(trace.find("\"pid\":" + std::to_string(pid) + ",\"tid\"") != std::string::npos);
     REQUIRE(trace.find("(pid " + std::to_string(pid) + ")") != std::string::npos);
   }
   // Balanced braces and brackets: every event object is closed.
-  REQUIRE(count(trace, "{") == count(trace, "}"));
-  REQUIRE(count(trace, "[") == count(trace, "]"));
+  REQUIRE(test::count_of(trace, "{") == test::count_of(trace, "}"));
+  REQUIRE(test::count_of(trace, "[") == test::count_of(trace, "]"));
 }
 
 TEST_CASE("STOKER_TRACE names the trace file when the option is empty", "[stats]") {
-  const std::string path =
-      "/tmp/stoker-trace-env-" + std::to_string(::getpid()) + ".json";
+  const std::string path = "/tmp/stoker-trace-env-" + std::to_string(::getpid()) + ".json";
   ::setenv("STOKER_TRACE", path.c_str(), 1);
   {
     LoaderOptions opt;
@@ -314,14 +290,11 @@ TEST_CASE("STOKER_TRACE names the trace file when the option is empty", "[stats]
   ::unsetenv("STOKER_TRACE");
   const std::string trace = read_all(path);
   std::remove(path.c_str());
-  REQUIRE(count(trace, "\"cat\":\"load\"") == 4);  // in-process loads are traced too
+  REQUIRE(test::count_of(trace, "\"cat\":\"load\"") == 4);  // in-process loads are traced too
 }
 
 TEST_CASE("an unwritable trace path is a warning, not an error", "[stats]") {
-  std::ostringstream text;
-  auto& log = detail::logger();
-  const auto previous_sinks = log.sinks();
-  log.sinks() = {std::make_shared<spdlog::sinks::ostream_sink_mt>(text)};
+  const test::CapturedLog log;
   {
     LoaderOptions opt;
     opt.batch_size = 5;
@@ -329,8 +302,7 @@ TEST_CASE("an unwritable trace path is a warning, not an error", "[stats]") {
     DataLoader loader(IndexDataset{10, {}}, opt);
     for (const Batch& batch : loader) REQUIRE(batch.size() == 5);
   }
-  log.sinks() = previous_sinks;
-  REQUIRE(text.str().find("cannot write the trace to /nonexistent-dir/trace.json") !=
+  REQUIRE(log.text().find("cannot write the trace to /nonexistent-dir/trace.json") !=
           std::string::npos);
 }
 
@@ -369,11 +341,11 @@ TEST_CASE("loaders tracing to one path share the file, which stays valid JSON", 
   }
   const std::string trace = read_all(path);
   std::remove(path.c_str());
-  REQUIRE(count(trace, "\"cat\":\"load\"") == 8);  // 4 batches from each loader
-  REQUIRE(count(trace, "[") == 1);
-  REQUIRE(count(trace, "]") == 1);
+  REQUIRE(test::count_of(trace, "\"cat\":\"load\"") == 8);  // 4 batches from each loader
+  REQUIRE(test::count_of(trace, "[") == 1);
+  REQUIRE(test::count_of(trace, "]") == 1);
   REQUIRE(trace.substr(trace.size() - 3) == "\n]\n");
-  REQUIRE(count(trace, "{") == count(trace, "}"));
+  REQUIRE(test::count_of(trace, "{") == test::count_of(trace, "}"));
   REQUIRE(trace.find(",\n,") == std::string::npos);
 }
 
