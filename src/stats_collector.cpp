@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <set>
@@ -26,8 +26,7 @@ namespace {
 std::optional<std::uint64_t> rollup_field(const std::string& text, const char* key) {
   const std::size_t at = text.find(key);
   if (at == std::string::npos) return std::nullopt;
-  return std::strtoull(text.c_str() + at + std::char_traits<char>::length(key), nullptr, 10) *
-         1024;
+  return std::strtoull(text.c_str() + at + std::char_traits<char>::length(key), nullptr, 10) * 1024;
 }
 
 double seconds(std::uint64_t ns) { return static_cast<double>(ns) * 1e-9; }
@@ -84,8 +83,7 @@ std::string trace_path_for(const std::string& option, std::optional<std::size_t>
     const std::size_t slash = path.rfind('/');
     const std::size_t dot = path.rfind('.');
     const std::size_t at =
-        dot != std::string::npos && (slash == std::string::npos || dot > slash) ? dot
-                                                                                : path.size();
+        dot != std::string::npos && (slash == std::string::npos || dot > slash) ? dot : path.size();
     path.insert(at, fmt::format(".rank{}", *rank));
   }
   return path;
@@ -100,40 +98,48 @@ bool write_trace(const std::string& path, const std::vector<TraceEvent>& events)
   const auto it = std::back_inserter(out);
   const pid_t self = ::getpid();
   // Process names first: the main process, then each worker pid seen.
-  fmt::format_to(it, "{}\n{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"args\":{{\"name\":"
-      "\"main (consumer)\"}}}}",
-      append ? "," : "[", self);
+  fmt::format_to(it,
+                 "{}\n{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"args\":{{\"name\":"
+                 "\"main (consumer)\"}}}}",
+                 append ? "," : "[", self);
   std::map<std::int32_t, std::uint32_t> workers;
   for (const TraceEvent& e : events) {
     if (e.kind == TraceEvent::Kind::kBatch && e.pid != self) workers.emplace(e.pid, e.worker);
   }
   for (const auto& [pid, id] : workers) {
-    fmt::format_to(it, ",\n{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"args\":{{\"name\":"
-        "\"worker {} (pid {})\"}}}}",
-        pid, id, pid);
+    fmt::format_to(it,
+                   ",\n{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"args\":{{\"name\":"
+                   "\"worker {} (pid {})\"}}}}",
+                   pid, id, pid);
   }
   auto us = [](std::uint64_t ns) { return static_cast<double>(ns) / 1000.0; };
   for (const TraceEvent& e : events) {
     switch (e.kind) {
       case TraceEvent::Kind::kBatch:
-        fmt::format_to(it, ",\n{{\"name\":\"batch {}\",\"cat\":\"load\",\"ph\":\"X\",\"pid\":{},\"tid\":{},"
+        fmt::format_to(
+            it,
+            ",\n{{\"name\":\"batch {}\",\"cat\":\"load\",\"ph\":\"X\",\"pid\":{},\"tid\":{},"
             "\"ts\":{:.3f},\"dur\":{:.3f},\"args\":{{\"epoch\":{},\"worker\":{},\"samples\":{}",
             e.value, e.pid, e.pid, us(e.start_ns), us(e.length_ns), e.epoch, e.worker, e.samples);
         if (e.get_ns + e.collate_ns > 0) {
-          fmt::format_to(it, ",\"get_ms\":{:.3f},\"collate_ms\":{:.3f}", static_cast<double>(e.get_ns) / 1e6,
-              static_cast<double>(e.collate_ns) / 1e6);
+          fmt::format_to(it, ",\"get_ms\":{:.3f},\"collate_ms\":{:.3f}",
+                         static_cast<double>(e.get_ns) / 1e6,
+                         static_cast<double>(e.collate_ns) / 1e6);
         }
         fmt::format_to(it, "}}}}");
         break;
       case TraceEvent::Kind::kWait:
-        fmt::format_to(it, ",\n{{\"name\":\"next() wait\",\"cat\":\"consumer\",\"ph\":\"X\",\"pid\":{},"
+        fmt::format_to(
+            it,
+            ",\n{{\"name\":\"next() wait\",\"cat\":\"consumer\",\"ph\":\"X\",\"pid\":{},"
             "\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},\"args\":{{\"epoch\":{},\"batch\":{}}}}}",
             e.pid, e.pid, us(e.start_ns), us(e.length_ns), e.epoch, e.value);
         break;
       case TraceEvent::Kind::kReady:
-        fmt::format_to(it, ",\n{{\"name\":\"ready batches\",\"ph\":\"C\",\"pid\":{},\"ts\":{:.3f},"
-            "\"args\":{{\"ready\":{}}}}}",
-            e.pid, us(e.start_ns), e.value);
+        fmt::format_to(it,
+                       ",\n{{\"name\":\"ready batches\",\"ph\":\"C\",\"pid\":{},\"ts\":{:.3f},"
+                       "\"args\":{{\"ready\":{}}}}}",
+                       e.pid, us(e.start_ns), e.value);
         break;
     }
   }
@@ -161,9 +167,10 @@ StatsCollector::StatsCollector(bool enabled, std::string trace_path)
   const std::size_t slash = trace_path_.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : trace_path_.substr(0, slash + 1);
   if (::access(dir.c_str(), W_OK) != 0) {
-    logger().warn("stoker: cannot write the trace to {}: {} is not a writable directory ({}); "
-                  "no trace is recorded",
-                  trace_path_, dir, std::strerror(errno));
+    logger().warn(
+        "stoker: cannot write the trace to {}: {} is not a writable directory ({}); "
+        "no trace is recorded",
+        trace_path_, dir, std::strerror(errno));
     trace_path_.clear();
   }
 }
@@ -260,16 +267,15 @@ void StatsCollector::on_request(std::size_t ready, std::uint64_t now_ns) {
   }
 }
 
-void StatsCollector::on_delivered(std::uint64_t start_ns, std::uint64_t end_ns,
-                                  std::uint64_t index, std::uint64_t samples,
-                                  std::uint64_t bytes) {
+void StatsCollector::on_delivered(std::uint64_t start_ns, std::uint64_t end_ns, std::uint64_t index,
+                                  std::uint64_t samples, std::uint64_t bytes) {
   if (!enabled_) return;
   samples_ += samples;
   bytes_ += bytes;
   last_delivery_ns_ = end_ns;
   if (tracing()) {
-    record(TraceEvent{TraceEvent::Kind::kWait, self_, 0, start_ns, end_ns - start_ns, index,
-                      epoch_, 0, 0, samples});
+    record(TraceEvent{TraceEvent::Kind::kWait, self_, 0, start_ns, end_ns - start_ns, index, epoch_,
+                      0, 0, samples});
   }
   const Checkpoint& newest = window_[(window_next_ + kWindow - 1) % kWindow];
   if (window_count_ == 0 || end_ns - newest.time_ns >= kCheckpointNs) {
@@ -317,10 +323,10 @@ void StatsCollector::fill(LoaderStats& out, const std::vector<pid_t>& pids,
     out.workers.push_back(w);
   }
   if (!enabled_) return;
-  out.ring_occupancy = requests_ > 0 && ring_slots > 0
-                           ? static_cast<double>(ready_sum_) /
-                                 static_cast<double>(requests_ * ring_slots)
-                           : 0;
+  out.ring_occupancy =
+      requests_ > 0 && ring_slots > 0
+          ? static_cast<double>(ready_sum_) / static_cast<double>(requests_ * ring_slots)
+          : 0;
   if (window_count_ > 0) {
     // From the oldest checkpoint (at most ~5 s back) to the last delivery.
     const Checkpoint& oldest = window_[(window_next_ + kWindow - window_count_) % kWindow];

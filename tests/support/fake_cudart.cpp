@@ -29,7 +29,7 @@ __attribute__((visibility("default"))) int cudaGetDeviceCount(int* count) {
 }
 
 __attribute__((visibility("default"))) int cudaHostAlloc(void** ptr, std::size_t bytes,
-                                                          unsigned /*flags*/) {
+                                                         unsigned /*flags*/) {
   const char* fail = std::getenv("FAKE_CUDART_FAIL_ALLOC");
   if (fail != nullptr && std::strcmp(fail, "1") == 0) return 2;
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -45,7 +45,7 @@ __attribute__((visibility("default"))) int cudaFreeHost(void* /*ptr*/) {
 }
 
 __attribute__((visibility("default"))) int cudaHostRegister(void* /*ptr*/, std::size_t /*bytes*/,
-                                                             unsigned /*flags*/) {
+                                                            unsigned /*flags*/) {
   ++g_counts[kRegister];
   return 0;
 }
@@ -77,8 +77,8 @@ __attribute__((visibility("default"))) int cudaFree(void* /*ptr*/) { return 0; }
 
 __attribute__((visibility("default"))) int cudaDeviceSynchronize() { return 0; }
 
-__attribute__((visibility("default"))) int cudaMemcpy(void* dst, const void* src,
-                                                       std::size_t bytes, int /*kind*/) {
+__attribute__((visibility("default"))) int cudaMemcpy(void* dst, const void* src, std::size_t bytes,
+                                                      int /*kind*/) {
   ++g_counts[kMemcpy];
   std::memcpy(dst, src, bytes);
   return 0;
