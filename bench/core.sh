@@ -17,7 +17,7 @@ while [ $# -gt 0 ]; do
 done
 bench="$build/tools/stoker-bench"
 if [ ! -x "$bench" ]; then
-  cmake --preset release -DSTOKER_BUILD_TESTS=OFF >/dev/null
+  cmake --preset release >/dev/null
   cmake --build --preset release --target stoker-bench
   bench=build/release/tools/stoker-bench
 fi

@@ -87,10 +87,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const stoker::detail::CudaRuntime* rt = stoker::detail::cuda_runtime();
+  const stoker::detail::CudaLookup lookup = stoker::detail::find_cuda_runtime();
+  const stoker::detail::CudaRuntime* rt = lookup.runtime;
   if (rt == nullptr) {
-    std::printf("pinned_h2d: no GPU here (%s); nothing to measure\n",
-                stoker::detail::cuda_runtime_status().c_str());
+    std::printf("pinned_h2d: no GPU here (%s); nothing to measure\n", lookup.status.c_str());
     return 0;
   }
   if (rt->malloc_device == nullptr || rt->memcpy == nullptr) {
@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
                  rt->error(rc).c_str());
     return 1;
   }
-  const std::string runtime = stoker::detail::cuda_runtime_status();
+  const std::string& runtime = lookup.status;
 
   std::vector<std::byte> pageable(bytes, std::byte{1});
   print("pageable heap buffer", bytes, measure(*rt, device, pageable.data(), bytes, copies), copies,

@@ -17,7 +17,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ ! -d "$build" ]; then
-  cmake --preset release -DSTOKER_BUILD_TESTS=OFF -DSTOKER_BUILD_EXAMPLES=OFF >/dev/null
+  cmake --preset release >/dev/null
 fi
 cmake --build "$build" --target pinned_h2d -j2 >/dev/null
 # The CUDA toolkit's runtime, when the dynamic loader does not know it.

@@ -7,6 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
 stoker_install_deps
-cmake --preset release -DSTOKER_BUILD_TESTS=OFF >/dev/null
+cmake --preset release >/dev/null
 cmake --build --preset release --target train_loop
 exec build/release/examples/train_loop "$@"

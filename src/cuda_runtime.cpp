@@ -3,6 +3,9 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -11,10 +14,11 @@
 namespace stoker::detail {
 namespace {
 
-struct Found {
-  CudaRuntime runtime;
-  bool usable = false;
-  std::string status;
+// One STOKER_CUDART value's library: loaded once and kept for the life of the process (the
+// runtime may have started threads, and unloading it is not safe then).
+struct Library {
+  CudaRuntime runtime;  // the resolved functions, when `failure` is empty
+  std::string failure;  // why there is no usable library
 };
 
 template <typename F>
@@ -23,15 +27,10 @@ bool resolve(void* lib, const char* name, F& out) {
   return out != nullptr;
 }
 
-Found find_runtime() {
-  Found found;
-  const char* env = std::getenv("STOKER_CUDART");
-  if (env != nullptr && std::string(env) == "none") {
-    found.status = "CUDA disabled (STOKER_CUDART=none)";
-    return found;
-  }
+Library load_library(const std::string& env) {
+  Library found;
   std::vector<std::string> candidates;
-  if (env != nullptr && *env != '\0') {
+  if (!env.empty()) {
     candidates.emplace_back(env);
   } else {
     candidates = {"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0",
@@ -50,7 +49,7 @@ Found find_runtime() {
     last_error = e != nullptr ? e : "unknown error";
   }
   if (lib == nullptr) {
-    found.status = fmt::format("no CUDA runtime (libcudart) found: {}", last_error);
+    found.failure = fmt::format("no CUDA runtime (libcudart) found: {}", last_error);
     return found;
   }
   CudaRuntime& rt = found.runtime;
@@ -62,7 +61,7 @@ Found find_runtime() {
                         resolve(lib, "cudaHostUnregister", rt.host_unregister) &&
                         resolve(lib, "cudaGetErrorString", rt.get_error_string);
   if (!complete) {
-    found.status = fmt::format("{} lacks the CUDA runtime functions stoker needs", path);
+    found.failure = fmt::format("{} lacks the CUDA runtime functions stoker needs", path);
     ::dlclose(lib);
     return found;
   }
@@ -70,43 +69,47 @@ Found find_runtime() {
   resolve(lib, "cudaFree", rt.free_device);
   resolve(lib, "cudaMemcpy", rt.memcpy);
   resolve(lib, "cudaDeviceSynchronize", rt.device_synchronize);
-  int count = 0;
-  const int rc = rt.get_device_count(&count);
-  if (rc != 0 || count <= 0) {
-    // Kept loaded: the runtime may have started threads, and unloading it is not safe then.
-    found.status = fmt::format("{} found, but it sees no CUDA device ({})", path,
-                               rc != 0 ? rt.error(rc) : std::string("0 devices"));
-    return found;
-  }
-  rt.devices = count;
-  found.usable = true;
-  found.status =
-      fmt::format("CUDA runtime {} with {} device{}", path, count, count == 1 ? "" : "s");
   return found;
 }
 
-const Found& found() {
-  static const Found f = find_runtime();
-  return f;
-}
-
 }  // namespace
+
+CudaLookup find_cuda_runtime() {
+  CudaLookup out;
+  const char* env = std::getenv("STOKER_CUDART");
+  const std::string key = env != nullptr ? env : "";
+  if (key == "none") {
+    out.status = "CUDA disabled (STOKER_CUDART=none)";
+    return out;
+  }
+  // Never destroyed: allocators in static objects may still hold a runtime at exit.
+  static std::mutex mutex;
+  static auto* libraries = new std::map<std::string, std::unique_ptr<Library>>();
+  const std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<Library>& library = (*libraries)[key];
+  if (!library) library = std::make_unique<Library>(load_library(key));
+  if (!library->failure.empty()) {
+    out.status = library->failure;
+    return out;
+  }
+  const CudaRuntime& rt = library->runtime;
+  int count = 0;
+  const int rc = rt.get_device_count(&count);
+  if (rc != 0 || count <= 0) {
+    out.status = fmt::format("{} found, but it sees no CUDA device ({})", rt.path,
+                             rc != 0 ? rt.error(rc) : std::string("0 devices"));
+    return out;
+  }
+  out.runtime = &rt;
+  out.status =
+      fmt::format("CUDA runtime {} with {} device{}", rt.path, count, count == 1 ? "" : "s");
+  return out;
+}
 
 std::string CudaRuntime::error(int code) const {
   const char* text = get_error_string != nullptr ? get_error_string(code) : nullptr;
   return text != nullptr ? fmt::format("{} (CUDA error {})", text, code)
                          : fmt::format("CUDA error {}", code);
 }
-
-const CudaRuntime* cuda_runtime() noexcept {
-  try {
-    const Found& f = found();
-    return f.usable ? &f.runtime : nullptr;
-  } catch (...) {
-    return nullptr;
-  }
-}
-
-std::string cuda_runtime_status() { return found().status; }
 
 }  // namespace stoker::detail

@@ -22,7 +22,6 @@ struct CudaRuntime {
   int (*memcpy)(void* dst, const void* src, std::size_t bytes, int kind) = nullptr;
   int (*device_synchronize)() = nullptr;
   std::string path;  // the library that was loaded
-  int devices = 0;
 
   // "cudaErrorX (code n)", or the runtime's text for it.
   std::string error(int code) const;
@@ -32,11 +31,16 @@ inline constexpr unsigned kCudaHostAllocPortable = 1;
 inline constexpr unsigned kCudaHostRegisterPortable = 1;
 inline constexpr int kCudaMemcpyHostToDevice = 1;
 
-// The runtime, or nullptr. Looked for once per process: the environment variable
-// STOKER_CUDART (a path, or "none"), then libcudart.so, libcudart.so.13/.12/.11.0, then
-// /usr/local/cuda/lib64/libcudart.so. Thread-safe.
-const CudaRuntime* cuda_runtime() noexcept;
-// What cuda_runtime() found, or why it found nothing, in words.
-std::string cuda_runtime_status();
+// The runtime when it sees a device, and in words what was found or why nothing was.
+struct CudaLookup {
+  const CudaRuntime* runtime = nullptr;  // valid for the life of the process
+  std::string status;
+};
+
+// Reads STOKER_CUDART at each call: a library path, "none" (CUDA off), or unset for
+// libcudart.so, libcudart.so.13/.12/.11.0, then /usr/local/cuda/lib64/libcudart.so. Each
+// value's library is loaded once per process and never unloaded; the device count is asked at
+// each call. Thread-safe.
+CudaLookup find_cuda_runtime();
 
 }  // namespace stoker::detail

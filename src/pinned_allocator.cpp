@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -88,9 +89,14 @@ constexpr const char* kFixes =
 class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
  public:
   explicit PinnedPool(const PinnedOptions& options) {
-    cuda_ = options.use_cuda ? cuda_runtime() : nullptr;
+    if (options.use_cuda) {
+      CudaLookup lookup = find_cuda_runtime();
+      cuda_ = lookup.runtime;
+      reason_ = std::move(lookup.status);
+    } else {
+      reason_ = "CUDA not used (PinnedOptions::use_cuda)";
+    }
     backend_ = cuda_ != nullptr ? PinnedBackend::kCuda : PinnedBackend::kMlock;
-    reason_ = options.use_cuda ? cuda_runtime_status() : "CUDA not used (PinnedOptions::use_cuda)";
     if (options.budget_bytes) {
       budget_ = *options.budget_bytes;
       budget_source_ = "PinnedOptions::budget_bytes";

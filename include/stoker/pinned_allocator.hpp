@@ -121,6 +121,9 @@ class PinnedRange {
 
 class PinnedAllocator {
  public:
+  // Chooses the backend now: the CUDA runtime named by STOKER_CUDART (read at each
+  // construction; a path, or "none") or found on the library path, when it sees a device;
+  // otherwise mmap + mlock.
   explicit PinnedAllocator(PinnedOptions options = {});
   ~PinnedAllocator();
   PinnedAllocator(const PinnedAllocator&) = delete;

@@ -1,6 +1,6 @@
 // PinnedAllocator (size classes, reuse, budget, errors; the mlock path and the CUDA path through
-// a fake libcudart) and LoaderOptions::pin_memory in both modes. Each TEST_CASE runs in its own
-// process (catch_discover_tests), so each finds the CUDA runtime afresh from STOKER_CUDART.
+// a fake libcudart) and LoaderOptions::pin_memory in both modes. Each allocator reads
+// STOKER_CUDART when it is made, so the cases pass in any order, in one process or in several.
 #include <dlfcn.h>
 #include <linux/capability.h>
 #include <sys/resource.h>
@@ -61,9 +61,18 @@ bool may_lock(std::size_t bytes) {
   return false;
 }
 
+// Points STOKER_CUDART at the fake runtime, with its call counters at zero when an earlier test
+// in this process already loaded it.
 void use_fake_cuda(const char* devices = "1") {
   ::setenv("STOKER_CUDART", STOKER_FAKE_CUDART, 1);
   ::setenv("FAKE_CUDART_DEVICES", devices, 1);
+  ::unsetenv("FAKE_CUDART_FAIL_ALLOC");
+  if (void* lib = ::dlopen(STOKER_FAKE_CUDART, RTLD_NOW | RTLD_NOLOAD)) {
+    auto reset = reinterpret_cast<void (*)()>(::dlsym(lib, "fake_cudart_reset_counts"));
+    REQUIRE(reset != nullptr);
+    reset();
+    ::dlclose(lib);
+  }
 }
 
 // The fake runtime's call counters (the same library stoker loaded: dlopen returns its handle).

@@ -21,6 +21,12 @@ __attribute__((visibility("default"))) long fake_cudart_count(int which) {
   return which >= 0 && which < 6 ? g_counts[which].load() : -1;
 }
 
+// Zeroes the counters, so a test that loads the library already loaded by an earlier test in
+// the same process counts only its own calls.
+__attribute__((visibility("default"))) void fake_cudart_reset_counts() {
+  for (std::atomic<long>& count : g_counts) count = 0;
+}
+
 __attribute__((visibility("default"))) int cudaGetDeviceCount(int* count) {
   ++g_counts[kDeviceCount];
   const char* n = std::getenv("FAKE_CUDART_DEVICES");
