@@ -77,7 +77,7 @@ std::string describe_exception(const WorkerException::Details& d) {
                               : std::string("DataLoader (in the main process)");
   const std::string what = d.message.empty() ? std::string() : fmt::format(": {}", d.message);
   const std::string where = d.where.empty() ? std::string() : fmt::format(" in {}", d.where);
-  // Outside a batch (worker_init, start-up) the worker is gone and the epoch ended with it.
+  // Outside a batch (a failed worker start-up) the worker is gone and the epoch ended with it.
   const bool in_batch = d.batch.has_value();
   return fmt::format("{} caught {}{}{}{}; {}", who, d.type_name, where,
                      in_batch ? at_what(d.sample_index, d.batch) : std::string(), what,

@@ -507,27 +507,37 @@ struct LoaderCore::Impl {
 
   // ---- memory ----
 
+  // The probe's time limit: kProbeTimeout, or half of LoaderOptions::timeout when that is
+  // shorter, so a get() that hangs still ends in LoaderTimeout about `timeout` after begin()
+  // (the probe's half, then the worker's wait), not seconds later.
+  milliseconds probe_timeout() const {
+    const milliseconds cap = kProbeTimeout;
+    if (options.timeout.count() <= 0) return cap;
+    return std::clamp(std::chrono::duration_cast<milliseconds>(options.timeout) / 2,
+                      milliseconds{1}, cap);
+  }
+
   std::optional<std::size_t> sample_bytes() {
     if (options.sample_bytes > 0) return options.sample_bytes;
     if (!measured_sample_bytes && dataset_probe.sample_bytes && !probe_failed) {
       // In a child process: get() may keep state, count calls or expect a worker around it.
       const ProbeResult probe =
-          run_probe_in_child(dataset_probe.sample_bytes, num_workers, kProbeTimeout);
+          run_probe_in_child(dataset_probe.sample_bytes, num_workers, probe_timeout());
       measured_sample_bytes = probe.largest;
       probe_failed = !probe.largest;
       try {
         if (!probe.largest) {
           logger().warn(
               "stoker: could not measure the bytes per sample (the first get() threw, crashed "
-              "or took over {} s in a probe process), so the loader's memory is not checked; "
+              "or took over {} ms in a probe process), so the loader's memory is not checked; "
               "give LoaderOptions::sample_bytes to check it",
-              kProbeTimeout.count());
+              probe_timeout().count());
         } else if (!probe.complete) {
           logger().warn(
               "stoker: measured only some of the probe samples ({} bytes the largest; a later "
-              "get() threw, crashed or took over {} s in total); give "
+              "get() threw, crashed or took over {} ms in total); give "
               "LoaderOptions::sample_bytes if samples can be larger",
-              *probe.largest, kProbeTimeout.count());
+              *probe.largest, probe_timeout().count());
         }
       } catch (...) {
       }

@@ -98,6 +98,17 @@ void reset_signals() noexcept {
   ::_exit(kExitFatalReported);
 }
 
+// Fills a task's slot with worker_init's error instead of the batch.
+void report_init_error(SlotHeader& header, const CaughtException& caught) noexcept {
+  header.start_ns = now_ns();
+  header.end_ns = header.start_ns;
+  header.get_ns = 0;
+  header.collate_ns = 0;
+  header.stages_timed = 0;
+  header.error.set(kNoSample, header.batch, "worker_init", caught.type_name, caught.message);
+  header.status = SlotStatus::kError;
+}
+
 // Sleeps until a task is queued. Exits the process when the main process is gone.
 void wait_for_task(Channel& channel, const WorkerLaunch& launch) noexcept {
   if (spin_until([&] { return !channel.tasks.empty_approx(); }, kWorkerSpin)) return;
@@ -138,11 +149,14 @@ void wait_for_task(Channel& channel, const WorkerLaunch& launch) noexcept {
   } catch (...) {
     exit_with_fatal(channel, "worker start-up");
   }
+  // An exception in worker_init is reported in place of this worker's first batch (a
+  // WorkerException for that batch, as in PyTorch); the worker then loads the batches after it.
+  std::optional<CaughtException> init_error;
   if (launch.worker_init != nullptr && *launch.worker_init) {
     try {
       (*launch.worker_init)(launch.id);
     } catch (...) {
-      exit_with_fatal(channel, "worker_init");
+      init_error = describe_current_exception();
     }
   }
 
@@ -157,11 +171,16 @@ void wait_for_task(Channel& channel, const WorkerLaunch& launch) noexcept {
         channel.stop_requested.load(std::memory_order_relaxed) != 0) {
       ::_exit(0);
     }
-    const LoadOutcome outcome =
-        load_batch(ring, *memory, message.slot, &channel, *launch.produce, launch.skip_samples,
-                   launch.collect_stats && stages.next(), nullptr);
-    stages.record(ring.header(message.slot));
-    if (outcome == LoadOutcome::kCancelled) ::_exit(0);
+    if (init_error) {
+      report_init_error(ring.header(message.slot), *init_error);
+      init_error.reset();
+    } else {
+      const LoadOutcome outcome =
+          load_batch(ring, *memory, message.slot, &channel, *launch.produce, launch.skip_samples,
+                     launch.collect_stats && stages.next(), nullptr);
+      stages.record(ring.header(message.slot));
+      if (outcome == LoadOutcome::kCancelled) ::_exit(0);
+    }
     // INV-QUEUE-2: at most slots_per_channel results are outstanding, so this cannot fail.
     channel.results.try_push(Message{MessageKind::kBatch, message.slot});
     ring_doorbell(ring.control().main_doorbell, launch.main_eventfd);

@@ -36,14 +36,25 @@ LoaderOptions options(int workers, std::size_t batch_size = 4) {
   return opt;
 }
 
-// Runs the epoch; returns the samples delivered before `E` was thrown, and the error.
+// What run_until saw: the samples delivered before `E` was thrown, the error, and the seconds
+// from the call to the throw (the iterator, and so the workers' shutdown, ends afterwards).
 template <class E>
-std::pair<std::size_t, E> run_until(DataLoader<IndexDataset>& loader) {
+struct Outcome {
+  std::size_t samples;
+  E error;
+  double seconds;
+};
+
+// Runs the epoch until `E` is thrown.
+template <class E>
+Outcome<E> run_until(DataLoader<IndexDataset>& loader) {
+  const Clock::time_point start = Clock::now();
   std::size_t samples = 0;
+  std::optional<BatchIterator> it;
   try {
-    for (const Batch& batch : loader) samples += batch.size();
+    for (it.emplace(loader.begin()); *it != loader.end(); ++*it) samples += (**it).size();
   } catch (const E& e) {
-    return {samples, e};
+    return {samples, e, test::seconds_since(start)};
   }
   FAIL("the epoch ended without the expected error");
   throw std::logic_error("unreachable");
@@ -61,9 +72,8 @@ TEST_CASE("a worker killed by a signal raises WorkerCrashed naming it", "[fault]
                            if (i == 37 && test::in_worker()) ::raise(sig);
                          }};
     DataLoader loader(dataset, options(2));
-    const Clock::time_point start = Clock::now();
-    auto [samples, error] = run_until<WorkerCrashed>(loader);
-    REQUIRE(test::seconds_since(start) < 1.0);
+    auto [samples, error, took] = run_until<WorkerCrashed>(loader);
+    REQUIRE(took < 1.0);
     REQUIRE(samples <= 36);
     REQUIRE(error.signal() == sig);
     REQUIRE(error.worker_id() == 1);  // batch 9 (samples 36..39) goes to worker 9 mod 2
@@ -89,13 +99,19 @@ TEST_CASE("a worker killed by a signal raises WorkerCrashed naming it", "[fault]
 }
 
 TEST_CASE("a worker that calls exit() raises WorkerCrashed with its exit code", "[fault][crash]") {
+  const bool std_exit = GENERATE(false, true);  // _exit(3), or exit(3) with its atexit handlers
+  CAPTURE(std_exit);
   const test::ProcessState baseline = test::process_state();
   {
-    IndexDataset dataset{100, [](std::size_t i) {
-                           if (i == 10 && test::in_worker()) ::_exit(3);
+    IndexDataset dataset{100, [std_exit](std::size_t i) {
+                           if (i != 10 || !test::in_worker()) return;
+                           if (std_exit) std::exit(3);
+                           ::_exit(3);
                          }};
     DataLoader loader(dataset, options(2));
-    auto [samples, error] = run_until<WorkerCrashed>(loader);
+    auto [samples, error, took] = run_until<WorkerCrashed>(loader);
+    REQUIRE(took < 1.0);
+    REQUIRE(samples <= 8);
     REQUIRE(error.exit_code() == 3);
     REQUIRE(error.signal() == 0);
     REQUIRE_THAT(
@@ -175,23 +191,57 @@ TEST_CASE("an exception in get() reaches the consumer and the epoch goes on",
   STOKER_REQUIRE_CLEAN(baseline);
 }
 
-TEST_CASE("an exception in worker_init is reported as a WorkerException", "[fault][exception]") {
+TEST_CASE("an exception in worker_init replaces that worker's first batch, and the epoch goes on",
+          "[fault][exception]") {
+  // As in PyTorch: the failed worker's first batch arrives as a WorkerException, and the
+  // iterator then returns the batch after it; the worker goes on loading its later batches.
+  const bool persistent = GENERATE(false, true);
+  CAPTURE(persistent);
   const test::ProcessState baseline = test::process_state();
   {
     LoaderOptions opt = options(2);
+    opt.persistent_workers = persistent;
     opt.worker_init = [](std::size_t id) {
       if (id == 1) throw std::runtime_error("no GPU for worker 1");
     };
     DataLoader loader(IndexDataset{100, {}}, opt);
-    try {
-      for (const Batch& batch : loader) (void)batch;
-      FAIL("no error");
-    } catch (const WorkerException& e) {
-      REQUIRE(e.worker_id() == std::optional<std::size_t>(1));
-      REQUIRE(e.details().where == "worker_init");
-      REQUIRE_THAT(std::string(e.what()),
-                   Catch::Contains("no GPU for worker 1") &&
-                       Catch::Contains("the worker exited and the epoch ended"));
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      CAPTURE(epoch);
+      std::vector<std::uint64_t> batches;
+      std::vector<std::size_t> samples;
+      int errors = 0;
+      const Clock::time_point start = Clock::now();
+      auto it = loader.begin();
+      for (;;) {
+        try {
+          if (it == loader.end()) break;
+          const Batch& batch = *it;
+          batches.push_back(batch.index());
+          for (const std::size_t i : batch.indices()) samples.push_back(i);
+          ++it;
+        } catch (const WorkerException& e) {
+          ++errors;
+          REQUIRE(test::seconds_since(start) < 1.0);
+          REQUIRE(e.worker_id() == std::optional<std::size_t>(1));
+          REQUIRE(e.pid() > 0);
+          REQUIRE(e.type_name() == "std::runtime_error");
+          REQUIRE(e.original_what() == "no GPU for worker 1");
+          REQUIRE(e.details().where == "worker_init");
+          REQUIRE(e.details().batch == std::optional<std::uint64_t>(1));  // worker 1's first
+          REQUIRE_FALSE(e.sample_index().has_value());
+          REQUIRE_THAT(std::string(e.what()),
+                       Catch::Contains("in worker_init") &&
+                           Catch::Contains("the next fetch returns the next batch"));
+        }
+      }
+      // A persistent worker ran worker_init once: its error came in the first epoch only.
+      REQUIRE(errors == (persistent && epoch == 1 ? 0 : 1));
+      std::vector<std::size_t> expected;
+      for (std::size_t i = 0; i < 100; ++i) {
+        if (errors == 0 || i / 4 != 1) expected.push_back(i);  // batch 1 is samples 4..7
+      }
+      REQUIRE(samples == expected);
+      REQUIRE(batches.size() == (errors == 0 ? 25U : 24U));
     }
   }
   STOKER_REQUIRE_CLEAN(baseline);
@@ -208,10 +258,8 @@ TEST_CASE("no batch within the timeout raises LoaderTimeout", "[fault][timeout]"
     LoaderOptions opt = options(2);
     opt.timeout = std::chrono::milliseconds(300);
     DataLoader loader(dataset, opt);
-    const Clock::time_point start = Clock::now();
-    auto [samples, error] = run_until<LoaderTimeout>(loader);
-    const double took = test::seconds_since(start);
-    REQUIRE(took < 2.0);
+    auto [samples, error, took] = run_until<LoaderTimeout>(loader);
+    REQUIRE(took < 0.3 + 1.0);  // the timeout, then at most a second
     REQUIRE(samples == 8);
     REQUIRE(error.details().worker_id == std::optional<std::size_t>(0));
     REQUIRE(error.details().batch == 2);
@@ -220,6 +268,29 @@ TEST_CASE("no batch within the timeout raises LoaderTimeout", "[fault][timeout]"
     REQUIRE(error.details().waited >= std::chrono::milliseconds(300));
     REQUIRE_THAT(std::string(error.what()),
                  Catch::Contains("no batch within 300 ms") && Catch::Contains("worker 0 (pid"));
+  }
+  STOKER_REQUIRE_CLEAN(baseline);
+}
+
+TEST_CASE("a get() that always hangs ends in LoaderTimeout, the size probe included",
+          "[fault][timeout]") {
+  // The first epoch measures the bytes per sample in a probe process before it forks workers:
+  // the probe must not wait longer than the timeout allows.
+  const test::ProcessState baseline = test::process_state();
+  {
+    IndexDataset dataset{100, [](std::size_t) {
+                           if (test::in_worker())
+                             std::this_thread::sleep_for(std::chrono::seconds(30));
+                         }};
+    LoaderOptions opt = options(2);
+    opt.timeout = std::chrono::milliseconds(300);
+    DataLoader loader(dataset, opt);
+    auto [samples, error, took] = run_until<LoaderTimeout>(loader);
+    CAPTURE(took);
+    REQUIRE(took < 0.3 + 1.0);
+    REQUIRE(samples == 0);
+    REQUIRE(error.details().batch == 0);
+    REQUIRE_THAT(std::string(error.what()), Catch::Contains("no batch within 300 ms"));
   }
   STOKER_REQUIRE_CLEAN(baseline);
 }
@@ -236,6 +307,7 @@ TEST_CASE("destroying an iterator mid-epoch reaps hung workers within 5 seconds"
                            }
                          }};
     LoaderOptions opt = options(2);
+    opt.sample_bytes = 64;  // no size probe: it would wait 10 s on the hanging samples first
     if (ignore_sigterm) opt.worker_init = [](std::size_t) { std::signal(SIGTERM, SIG_IGN); };
     DataLoader loader(dataset, opt);
     std::optional<BatchIterator> it(loader.begin());
@@ -344,6 +416,7 @@ TEST_CASE("workers exit when the main process is killed", "[fault][parent]") {
                            }};
       LoaderOptions opt = options(2);
       opt.persistent_workers = true;
+      opt.sample_bytes = 64;  // no size probe: it would wait 10 s on the hanging samples first
       static std::optional<DataLoader<IndexDataset>> loader;
       loader.emplace(dataset, opt);
       static std::optional<BatchIterator> it;

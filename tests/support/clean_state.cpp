@@ -70,9 +70,17 @@ std::size_t ring_mapping_count() {
   std::ifstream maps("/proc/self/maps");
   std::size_t n = 0;
   for (std::string line; std::getline(maps, line);) {
-    if (line.find("memfd:stoker-ring") != std::string::npos) ++n;
+    if (line.find("memfd:stoker-") != std::string::npos) ++n;
   }
   return n;
+}
+
+std::size_t rss_shmem_kib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("RssShmem:", 0) == 0) return std::strtoull(line.c_str() + 9, nullptr, 10);
+  }
+  return 0;
 }
 
 ProcessState process_state() {
@@ -86,6 +94,7 @@ ProcessState process_state() {
   }
   state.open_fds = open_fd_count();
   state.ring_mappings = ring_mapping_count();
+  state.shmem_kib = rss_shmem_kib();
   return state;
 }
 
@@ -101,8 +110,12 @@ std::string differences(const ProcessState& baseline, const ProcessState& now) {
            std::to_string(baseline.open_fds) + "); ";
   }
   if (now.ring_mappings > baseline.ring_mappings) {
-    out += "stoker ring mappings " + std::to_string(now.ring_mappings) + " (baseline " +
+    out += "stoker memfd mappings " + std::to_string(now.ring_mappings) + " (baseline " +
            std::to_string(baseline.ring_mappings) + "); ";
+  }
+  if (now.shmem_kib > baseline.shmem_kib) {
+    out += "resident shared memory " + std::to_string(now.shmem_kib) + " KiB (baseline " +
+           std::to_string(baseline.shmem_kib) + " KiB); ";
   }
   return out;
 }

@@ -1,6 +1,8 @@
 // The clean-state checker: what a test snapshots before it creates a loader and requires again
 // after destroying it. No child process (running or zombie), the same number of open file
-// descriptors, and no stoker ring still mapped.
+// descriptors, no stoker memfd (batch ring or sample cache) still mapped, and this process's
+// resident shared memory (RssShmem) back to where it was. The process tests also check it
+// around every TEST_CASE (support/clean_state_listener.cpp).
 #pragma once
 
 #include <sys/types.h>
@@ -14,13 +16,15 @@ namespace stoker::test {
 struct ProcessState {
   std::size_t open_fds = 0;
   std::vector<pid_t> children;    // any state, zombies included
-  std::size_t ring_mappings = 0;  // lines of /proc/self/maps naming memfd:stoker-ring
+  std::size_t ring_mappings = 0;  // lines of /proc/self/maps naming a memfd:stoker-* region
+  std::size_t shmem_kib = 0;      // RssShmem of /proc/self/status
 };
 
 ProcessState process_state();
 std::vector<pid_t> child_pids();
 std::size_t open_fd_count();
 std::size_t ring_mapping_count();
+std::size_t rss_shmem_kib();
 // Everything that differs from `baseline`, as text; empty when the state is clean.
 std::string differences(const ProcessState& baseline, const ProcessState& now);
 

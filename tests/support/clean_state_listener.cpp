@@ -1,0 +1,50 @@
+// Every process test, whether or not it calls STOKER_REQUIRE_CLEAN itself, must leave the
+// process as it found it: this listener snapshots the state when a TEST_CASE starts and
+// compares when it ends. A difference fails the run (exit status 1, after Catch's report) and
+// names the test and what was left behind.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#define CATCH_CONFIG_EXTERNAL_INTERFACES
+#include <catch2/catch.hpp>
+
+#include "support/clean_state.hpp"
+
+namespace {
+
+class CleanStateListener : public Catch::TestEventListenerBase {
+ public:
+  using Catch::TestEventListenerBase::TestEventListenerBase;
+
+  void testCaseStarting(const Catch::TestCaseInfo& info) override {
+    TestEventListenerBase::testCaseStarting(info);
+    baseline_ = stoker::test::process_state();
+  }
+
+  void testCaseEnded(const Catch::TestCaseStats& stats) override {
+    const std::string diff = stoker::test::differences(baseline_, stoker::test::process_state());
+    if (!diff.empty()) {
+      std::fprintf(stderr, "clean-state check failed after TEST_CASE \"%s\": %s\n",
+                   stats.testInfo.name.c_str(), diff.c_str());
+      dirty_ = true;
+    }
+    TestEventListenerBase::testCaseEnded(stats);
+  }
+
+  void testRunEnded(const Catch::TestRunStats& stats) override {
+    TestEventListenerBase::testRunEnded(stats);
+    if (dirty_) {
+      std::fflush(nullptr);
+      std::_Exit(1);
+    }
+  }
+
+ private:
+  stoker::test::ProcessState baseline_;
+  bool dirty_ = false;
+};
+
+}  // namespace
+
+CATCH_REGISTER_LISTENER(CleanStateListener)
