@@ -107,10 +107,11 @@ class MemoryBudgetError : public Error {
   std::uint64_t allowed_;
 };
 
-// A worker count for this machine: the smallest of physical cores - 1 (at least 1), the CPU
-// quota, what memory allows at `memory_fraction` of the usable memory (with `per_worker_bytes`
-// each), and a storage cap (4 on a rotational disk); local_world_size ranks on the machine
-// share its cores. `reason` says which bound decided.
+// A worker count for this machine: the smallest of physical cores - 1 (at least 1; twice the
+// cores instead when SystemInfo::network_filesystem is set), the CPU quota, what memory allows
+// at `memory_fraction` of the usable memory (with `per_worker_bytes` each), and a storage cap
+// (4 on a rotational disk); local_world_size ranks on the machine share its cores, quota and
+// memory. `reason` says which bound decided.
 struct WorkerRecommendation {
   std::size_t num_workers = 1;
   std::string reason;
