@@ -7,7 +7,11 @@
 namespace stoker {
 
 WorkerCrashed::WorkerCrashed(Details details)
-    : Error(detail::describe_crash(details)), details_(std::move(details)) {}
+    : Error(detail::describe_crash(details)), details_(std::move(details)) {
+  // describe_crash() fell back to the cause the signal or exit code suggests: keep it too.
+  if (details_.cause.empty())
+    details_.cause = detail::likely_cause(details_.signal, details_.exit_code);
+}
 
 WorkerException::WorkerException(Details details)
     : Error(detail::describe_exception(details)), details_(std::move(details)) {}

@@ -639,9 +639,12 @@ struct LoaderCore::Impl {
       return estimate(w, b, bytes).loader_bytes <= allowed;
     };
     std::string advice;
+    std::optional<std::size_t> fitting_workers;
+    std::optional<std::size_t> fitting_batch;
     for (std::size_t w = num_workers; w-- > 0;) {
       if (fits(w, options.batch_size)) {
         advice = fmt::format("num_workers={} (with batch_size={})", w, options.batch_size);
+        fitting_workers = w;
         break;
       }
     }
@@ -654,6 +657,7 @@ struct LoaderCore::Impl {
     if (low > 0) {
       advice += fmt::format("{}batch_size={} (with num_workers={})", advice.empty() ? "" : " or ",
                             low, num_workers);
+      fitting_batch = low;
     }
     if (advice.empty()) advice = "nothing smaller fits either: free memory first";
     throw MemoryBudgetError(
@@ -668,7 +672,7 @@ struct LoaderCore::Impl {
             e.pinned_bytes > 0 ? fmt::format(", {} pinned", format_bytes(e.pinned_bytes))
                                : std::string(),
             format_bytes(allowed), limit, advice),
-        e, allowed);
+        e, allowed, fitting_workers, fitting_batch);
   }
 
   // ---- resume ----

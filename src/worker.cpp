@@ -356,6 +356,7 @@ ProbeResult run_probe_in_child(
     set_worker_info(WorkerInfo{0, std::max<std::size_t>(num_workers, 1), 0, ::getpid()});
     close_lifelines_in_child();
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    reset_signals();  // a crash in get() ends the probe, not the program's crash handler
     // One record per sample, then an end marker: whatever arrived before a hang or a crash
     // still counts.
     const int out = write_end.get();

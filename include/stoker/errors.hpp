@@ -41,6 +41,8 @@ class WorkerCrashed : public Error {
   int exit_code() const noexcept { return details_.exit_code; }
   std::optional<std::size_t> sample_index() const noexcept { return details_.sample_index; }
   std::optional<std::uint64_t> batch() const noexcept { return details_.batch; }
+  // The likely cause and what to do (also the end of what()).
+  const std::string& cause() const noexcept { return details_.cause; }
 
  private:
   Details details_;

@@ -97,14 +97,28 @@ MemoryEstimate estimate_memory(const EstimateInputs& inputs);
 // numbers, and the largest num_workers and batch_size that fit.
 class MemoryBudgetError : public Error {
  public:
-  MemoryBudgetError(std::string message, MemoryEstimate estimate, std::uint64_t allowed)
-      : Error(std::move(message)), estimate_(estimate), allowed_(allowed) {}
+  MemoryBudgetError(std::string message, MemoryEstimate estimate, std::uint64_t allowed,
+                    std::optional<std::size_t> suggested_num_workers = std::nullopt,
+                    std::optional<std::size_t> suggested_batch_size = std::nullopt)
+      : Error(std::move(message)),
+        estimate_(estimate),
+        allowed_(allowed),
+        suggested_num_workers_(suggested_num_workers),
+        suggested_batch_size_(suggested_batch_size) {}
   const MemoryEstimate& estimate() const noexcept { return estimate_; }
   std::uint64_t allowed_bytes() const noexcept { return allowed_; }
+  // The largest num_workers that fits with the same batch_size, and the largest batch_size
+  // that fits with the same num_workers; empty when none does.
+  std::optional<std::size_t> suggested_num_workers() const noexcept {
+    return suggested_num_workers_;
+  }
+  std::optional<std::size_t> suggested_batch_size() const noexcept { return suggested_batch_size_; }
 
  private:
   MemoryEstimate estimate_;
   std::uint64_t allowed_;
+  std::optional<std::size_t> suggested_num_workers_;
+  std::optional<std::size_t> suggested_batch_size_;
 };
 
 // A worker count for this machine: the smallest of physical cores - 1 (at least 1; twice the

@@ -6,6 +6,7 @@
 // method.
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -48,6 +49,10 @@ class RandomSampler final : public Sampler {
   };
   explicit RandomSampler(std::size_t n) : RandomSampler(n, Options{}) {}
   RandomSampler(std::size_t n, Options options);
+  // PyTorch's argument order: RandomSampler(n, replacement, num_samples, seed).
+  RandomSampler(std::size_t n, std::same_as<bool> auto replacement,
+                std::optional<std::size_t> num_samples = std::nullopt, std::uint64_t seed = 0)
+      : RandomSampler(n, Options{replacement, num_samples, seed}) {}
   std::vector<std::size_t> indices(std::uint64_t epoch) override;
   std::size_t num_samples() const noexcept { return num_samples_; }
 
@@ -103,6 +108,11 @@ class DistributedSampler final : public Sampler {
       : DistributedSampler(dataset_size, num_replicas, rank, Options{}) {}
   DistributedSampler(std::size_t dataset_size, std::size_t num_replicas, std::size_t rank,
                      Options options);
+  // PyTorch's argument order: (dataset_size, num_replicas, rank, shuffle, seed, drop_last).
+  DistributedSampler(std::size_t dataset_size, std::size_t num_replicas, std::size_t rank,
+                     std::same_as<bool> auto shuffle, std::uint64_t seed = 0,
+                     bool drop_last = false)
+      : DistributedSampler(dataset_size, num_replicas, rank, Options{shuffle, seed, drop_last}) {}
 
   std::vector<std::size_t> indices(std::uint64_t epoch) override;
   // The shard of this process, with rank and world size from the launcher's environment (see

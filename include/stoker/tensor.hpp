@@ -72,8 +72,44 @@ STOKER_DTYPE_OF(float, kFloat32);
 STOKER_DTYPE_OF(double, kFloat64);
 STOKER_DTYPE_OF(bool, kBool);
 #undef STOKER_DTYPE_OF
+
+// The other integer types (long long, unsigned long long and char are distinct from the
+// fixed-width types on Linux) are stored by their size and signedness.
 template <class T>
-inline constexpr DType kDTypeOf = dtype_of<std::remove_cv_t<T>>::value;
+concept OtherIntegerType =
+    std::is_integral_v<T> && !std::is_same_v<T, bool> && !std::is_same_v<T, std::uint8_t> &&
+    !std::is_same_v<T, std::int8_t> && !std::is_same_v<T, std::uint16_t> &&
+    !std::is_same_v<T, std::int16_t> && !std::is_same_v<T, std::uint32_t> &&
+    !std::is_same_v<T, std::int32_t> && !std::is_same_v<T, std::uint64_t> &&
+    !std::is_same_v<T, std::int64_t> && sizeof(T) <= 8;
+template <OtherIntegerType T>
+struct dtype_of<T> {
+  static constexpr DType value =
+      sizeof(T) == 1   ? (std::is_signed_v<T> ? DType::kInt8 : DType::kUInt8)
+      : sizeof(T) == 2 ? (std::is_signed_v<T> ? DType::kInt16 : DType::kUInt16)
+      : sizeof(T) == 4 ? (std::is_signed_v<T> ? DType::kInt32 : DType::kUInt32)
+                       : (std::is_signed_v<T> ? DType::kInt64 : DType::kUInt64);
+};
+
+template <class T>
+concept HasDType = requires {
+  dtype_of<T>::value;
+};
+
+template <class T>
+consteval DType dtype_for() {
+  using U = std::remove_cv_t<T>;
+  static_assert(HasDType<U>,
+                "stoker: this C++ type has no DType; use an integer type, float, double, bool, "
+                "stoker::Float16 or stoker::BFloat16");
+  if constexpr (HasDType<U>) {
+    return dtype_of<U>::value;
+  } else {
+    return DType::kUInt8;
+  }
+}
+template <class T>
+inline constexpr DType kDTypeOf = dtype_for<T>();
 
 // The dimensions of a tensor: at most kMaxDims, stored inline (no allocation per tensor).
 class Shape {

@@ -90,8 +90,19 @@ TEST_CASE("a worker killed by a signal raises WorkerCrashed naming it", "[fault]
       REQUIRE_THAT(what, Catch::Contains(detail::read_oom_kill_count() ? "not the OOM killer"
                                                                        : "OOM killer"));
     }
-    if (sig == SIGSEGV) REQUIRE_THAT(what, Catch::Contains("num_workers = 0 under a debugger"));
-    if (sig == SIGBUS) REQUIRE_THAT(what, Catch::Contains("shared memory"));
+    if (sig == SIGSEGV || sig == SIGABRT) {
+      REQUIRE_THAT(what, Catch::Contains("a crash in user code") &&
+                             Catch::Contains("num_workers = 0 under a debugger"));
+    }
+    if (sig == SIGBUS) {
+      REQUIRE_THAT(what, Catch::Contains("shared memory is exhausted (the batch ring holds ") &&
+                             Catch::Contains("available)"));
+    }
+    // The likely cause is its own field too, and ends the message.
+    REQUIRE_FALSE(error.cause().empty());
+    REQUIRE(what.size() >= error.cause().size());
+    REQUIRE(what.compare(what.size() - error.cause().size(), std::string::npos, error.cause()) ==
+            0);
     // The epoch is over; the loader starts a fresh one with fresh workers.
     REQUIRE(loader.worker_pids().empty());
   }

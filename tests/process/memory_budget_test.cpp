@@ -55,6 +55,8 @@ TEST_CASE("a loader that would not fit fails before forking, naming what would",
   std::string message;
   std::uint64_t allowed = 0;
   std::size_t needed = 0;
+  std::optional<std::size_t> suggested_workers;
+  std::optional<std::size_t> suggested_batch;
   {
     DataLoader loader(Images{}, opt);
     try {
@@ -64,6 +66,8 @@ TEST_CASE("a loader that would not fit fails before forking, naming what would",
       message = e.what();
       allowed = e.allowed_bytes();
       needed = e.estimate().loader_bytes;
+      suggested_workers = e.suggested_num_workers();
+      suggested_batch = e.suggested_batch_size();
     }
     REQUIRE(test::child_pids().empty());  // nothing was forked
   }
@@ -83,6 +87,9 @@ TEST_CASE("a loader that would not fit fails before forking, naming what would",
   REQUIRE(std::regex_search(message, m, std::regex("batch_size=(\\d+) \\(with num_workers=4\\)")));
   const int batch = std::stoi(m[1]);
   REQUIRE(batch < 64);
+  // The same settings, as values.
+  REQUIRE(suggested_workers == std::optional<std::size_t>(static_cast<std::size_t>(workers)));
+  REQUIRE(suggested_batch == std::optional<std::size_t>(static_cast<std::size_t>(batch)));
   for (const auto& [w, b] : {std::pair<int, int>{workers, 64}, {4, batch}}) {
     LoaderOptions fit = opt;
     fit.num_workers = w;
