@@ -3,8 +3,10 @@
 //
 //   training:   batch_size 32, shuffle, 2 workers; persistent, so its workers start loading the
 //               next epoch's first batches while validation runs.
-//   validation: batch_size 128 (no gradients to keep, so a larger batch costs little), no
-//               shuffle (the same order every time, so results compare across epochs), 1 worker
+//   validation: batch_size 16, smaller than training's: the metrics are sums over samples,
+//               so the batch size does not change them, and small batches keep the validation
+//               loader's ring (its slots are sized by the batch) small beside the training
+//               loader's; no shuffle (the same order every time, so results compare across epochs), 1 worker
 //               (it reads a small set once per epoch), persistent because it runs every epoch
 //               and forking its worker again each time would be wasted work.
 //
@@ -149,7 +151,7 @@ int main() {
   train_opt.persistent_workers = true;
 
   stoker::LoaderOptions val_opt;
-  val_opt.batch_size = 128;
+  val_opt.batch_size = 16;
   val_opt.shuffle = false;
   val_opt.num_workers = 1;
   val_opt.persistent_workers = true;

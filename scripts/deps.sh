@@ -8,6 +8,7 @@ stoker_required_packages=(
   libturbojpeg0-dev libpng-dev  # ImageFolderDataset
   openmpi-bin                   # the mpirun test of DistributedSampler::from_env
   python3-numpy  # tests cross-check .npy files written by NumPy
+  libtorch-dev   # examples/libtorch_interop and dlpack_layout_check (skipped when absent)
 )
 
 stoker_install_deps() {

@@ -2,7 +2,7 @@
 // figures. Reproduce any figure with the "command" it prints.
 //
 //   stoker-bench --workload {tiny,image,cpu} --workers N --epochs E --warmup W [--persistent]
-//                [--prefetch P] [--samples S] [--no-stats]
+//                [--prefetch P] [--samples S] [--no-stats] [--consumer-us U]
 //   stoker-bench --workload folder --data DIR ...   ImageFolderDataset: decode, resize 256,
 //                                                   center crop 224, random flip; batch 64
 //   stoker-bench --workload tokens --data FILE ...  TokenDataset over a raw uint16 shard: S random
@@ -11,6 +11,8 @@
 //
 // --samples S sets the samples per epoch (default: the workload's own size; tokens: 8,192);
 // for folder and tokens, S random ones. --no-stats sets LoaderOptions::collect_stats = false.
+// --consumer-us U makes the consumer sleep U microseconds after each batch, like a training
+// step that runs on a GPU (default 0: the loader is always the bottleneck).
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -22,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -43,6 +46,7 @@ struct Args {
   bool stats = true;
   std::size_t prefetch = 2;
   std::size_t samples = 0;  // 0: the workload's default
+  int consumer_us = 0;
   std::string data;
   bool memcpy_only = false;
   std::string command;
@@ -52,7 +56,7 @@ struct Args {
   std::fprintf(stderr,
                "stoker-bench: %s\nusage: stoker-bench --workload {tiny,image,cpu,folder,tokens} "
                "[--data PATH] --workers N --epochs E --warmup W [--persistent] [--prefetch P] "
-               "[--samples S] [--no-stats]\n       stoker-bench --memcpy\n",
+               "[--samples S] [--no-stats] [--consumer-us U]\n       stoker-bench --memcpy\n",
                problem.c_str());
   std::exit(2);
 }
@@ -97,6 +101,8 @@ Args parse(int argc, char** argv) {
       a.prefetch = static_cast<std::size_t>(number(1, 64));
     } else if (flag == "--persistent") {
       a.persistent = true;
+    } else if (flag == "--consumer-us") {
+      a.consumer_us = number(0, 10000000);
     } else if (flag == "--no-stats") {
       a.stats = false;
     } else if (flag == "--memcpy") {
@@ -273,6 +279,7 @@ int run(const Args& a, D dataset, const Plan& plan) {
         peak_pss = std::max(peak_pss, tree_pss_mb(loader.worker_pids()));
         next_sample = Clock::now() + std::chrono::milliseconds(250);
       }
+      if (a.consumer_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(a.consumer_us));
     }
     const Clock::time_point end = Clock::now();
     if (e == 0) first_batch_cold_ms = seconds(first - start) * 1e3;
@@ -309,13 +316,14 @@ int run(const Args& a, D dataset, const Plan& plan) {
       "\"bytes_per_epoch\": {}, \"epoch_s\": [{:.6f}], \"first_batch_ms\": [{:.3f}], "
       "\"first_batch_median_ms\": {:.3f}, \"first_batch_cold_ms\": {:.3f}, "
       "\"samples_per_s\": {:.1f}, \"mb_per_s\": {:.1f}, \"cpu_us_per_sample\": {:.3f}, "
-      "\"peak_pss_mb\": {:.1f}, \"checksum\": {:.1f}, \"checksum_ok\": {}, \"command\": \"{}\"}}\n",
+      "\"peak_pss_mb\": {:.1f}, \"consumer_us\": {}, \"checksum\": {:.1f}, \"checksum_ok\": {}, "
+      "\"command\": \"{}\"}}\n",
       a.persistent ? "persistent" : "default", a.workload, a.workers, plan.batch_size, a.prefetch,
       samples_per_epoch, bytes_per_epoch, fmt::join(epoch_s, ", "), fmt::join(first_batch_ms, ", "),
       sorted_first[sorted_first.size() / 2], first_batch_cold_ms,
       static_cast<double>(samples_per_epoch) / median,
       static_cast<double>(bytes_per_epoch) / median / 1e6, cpu / total_samples * 1e6, peak_pss,
-      checksum, ok ? "true" : "false", a.command);
+      a.consumer_us, checksum, ok ? "true" : "false", a.command);
   return ok ? 0 : 1;
 }
 
