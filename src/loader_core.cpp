@@ -471,9 +471,10 @@ struct LoaderCore::Impl {
     current = next && next->epoch == epoch && next->dataset_size == n ? std::move(*next)
                                                                       : make_plan(epoch, n);
     next.reset();
+    std::size_t resumed_skipped = 0;  // samples the saved epoch had skipped already
     if (resume) {
       try {
-        apply_resume(*current);
+        resumed_skipped = apply_resume(*current);
       } catch (...) {
         current.reset();
         throw;
@@ -492,7 +493,7 @@ struct LoaderCore::Impl {
     }
     next_epoch = epoch + 1;
     respawns_this_epoch = 0;
-    skipped_this_epoch = 0;
+    skipped_this_epoch = resumed_skipped;
     const std::uint64_t recycled = stats.workers_recycled;
     stats = LoaderStats{};
     stats.epoch = epoch;
@@ -628,7 +629,7 @@ struct LoaderCore::Impl {
                            *system.cgroup_limit.value - system.cgroup_usage.value.value_or(0) <
                                *system.mem_available.value);
       limit = fmt::format(
-          "{:.0f}% (LoaderOptions::memory_fraction) of the {} free {}",
+          "{:.3g}% (LoaderOptions::memory_fraction) of the {} free {}",
           options.memory_fraction * 100, format_bytes(*usable),
           cgroup ? "under the memory cgroup's limit (" + system.cgroup_limit.source + ")"
                  : "by MemAvailable");
@@ -659,11 +660,13 @@ struct LoaderCore::Impl {
                             low, num_workers);
       fitting_batch = low;
     }
-    if (advice.empty()) advice = "nothing smaller fits either: free memory first";
+    advice = advice.empty() ? "No smaller num_workers or batch_size would fit either: free "
+                              "memory or raise the limit first."
+                            : advice + " would fit.";
     throw MemoryBudgetError(
         fmt::format(
             "DataLoader: not enough memory: this loader needs about {} (a ring of {} slots x {} "
-            "= {}, {} workers x {}{}{}) but may use {}: {}. {} would fit. (LoaderOptions::"
+            "= {}, {} workers x {}{}{}) but may use {}: {}. {} (LoaderOptions::"
             "check_memory = false skips this check.)",
             format_bytes(e.loader_bytes), e.num_slots, format_bytes(e.slot_bytes),
             format_bytes(e.ring_bytes), e.num_workers, format_bytes(e.worker_private_bytes),
@@ -688,9 +691,10 @@ struct LoaderCore::Impl {
   };
   std::optional<Resume> resume;
 
-  void apply_resume(Plan& plan) {
+  // Marks the saved epoch's delivered batches done; returns the samples it had skipped.
+  std::size_t apply_resume(Plan& plan) {
     const Resume r = *std::exchange(resume, std::nullopt);
-    if (plan.epoch != r.epoch) return;  // set_epoch() chose another epoch since: start afresh
+    if (plan.epoch != r.epoch) return 0;  // set_epoch() chose another epoch since: start afresh
     if (plan.dataset_size != r.dataset_size || plan.num_batches != r.num_batches) {
       throw std::invalid_argument(fmt::format(
           "DataLoader::load_state: the state was saved for {} samples in {} batches, but epoch "
@@ -703,7 +707,7 @@ struct LoaderCore::Impl {
     plan.delivered = r.position + r.extra_done.size();
     plan.next_in_order = r.position;
     plan.issued = r.position;
-    skipped_this_epoch = r.skipped;
+    return r.skipped;
   }
 
   std::string save_state() {
@@ -739,6 +743,12 @@ struct LoaderCore::Impl {
   }
 
   void load_state(std::string_view text) {
+    if (iterable) {
+      throw std::logic_error(
+          "DataLoader::load_state: an iterable dataset's loader has no state to load (its "
+          "position is inside its workers' streams); restore your stream's own position "
+          "instead");
+    }
     std::istringstream in{std::string(text)};
     std::string magic;
     int version = 0;

@@ -93,16 +93,15 @@ TEST_CASE("a loader over memory_fraction of usable memory names the fraction and
   STOKER_REQUIRE_CLEAN(baseline);
 }
 
-// Two faults in the message when nothing fits (src/loader_core.cpp, check_memory()): the
-// fraction is printed with "{:.0f}%", so 1e-6 reads "0% (LoaderOptions::memory_fraction)", as
-// if the loader were allowed nothing; and the advice "nothing smaller fits either: free memory
-// first" is put where a setting goes in "{} would fit.", giving "... free memory first would
-// fit." Remove [!shouldfail] with the fix.
+// When nothing fits, the message shows the fraction as given (1e-6 once printed as "0%") and
+// says so in a sentence of its own (the advice once read "... free memory first would fit.").
 TEST_CASE("when nothing fits, the message shows the fraction given and reads as a sentence",
-          "[memory][!shouldfail]") {
+          "[memory]") {
   if (!probe_system().usable_memory()) FAIL("no usable-memory figure to check against");
   const std::string message = refusal(1e-6).message;
   INFO(message);
-  CHECK_THAT(message, !Catch::Contains(": 0% (LoaderOptions::memory_fraction)"));
-  CHECK_THAT(message, !Catch::Contains("free memory first would fit"));
+  REQUIRE_THAT(message, Catch::Contains(": 0.0001% (LoaderOptions::memory_fraction)"));
+  REQUIRE_THAT(message, Catch::Contains("No smaller num_workers or batch_size would fit either"));
+  REQUIRE_THAT(message, !Catch::Contains("would fit either: free memory or raise the limit first. "
+                                         "would fit"));
 }

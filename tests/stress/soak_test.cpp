@@ -1,4 +1,4 @@
-// Soak (ctest label `stress`, run by `scripts/test.sh --stress`): 1,000 iterators created and
+// Soak (ctest label `stress`, run by `scripts/test.sh` in both builds): 1,000 iterators created and
 // destroyed at random points, then 100 epochs over a prime-sized dataset. Every epoch delivers
 // every sample exactly once, and descriptors, resident memory and shared memory stay flat.
 #include <fstream>
@@ -45,7 +45,13 @@ void require_flat(const Usage& before, const Usage& after) {
   INFO("fds " << before.fds << " -> " << after.fds << ", RSS " << before.rss << " -> " << after.rss
               << ", Shmem " << before.shmem << " -> " << after.shmem);
   REQUIRE(after.fds == before.fds);
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan keeps freed memory in its quarantine (256 MiB by default), so resident memory grows
+  // here by design; its leak checker covers what this bound checks in the release build.
+  (void)before.rss;
+#else
   REQUIRE(after.rss < before.rss + (8u << 20));
+#endif
   REQUIRE(after.shmem < before.shmem + (32u << 20));
 }
 
