@@ -115,11 +115,12 @@ int main(int argc, char** argv) {
     json.push_back(fmt::format(
         "{{\"bench\": \"memory_estimate\", \"workers\": {}, \"batch_size\": 64, "
         "\"bytes_per_sample\": {}, \"estimate_bytes\": {}, \"ring_bytes\": {}, "
-        "\"worker_private_bytes\": {}, \"main_bytes\": {}, \"peak_tree_pss_bytes\": {}, "
+        "\"worker_private_bytes\": {}, \"worker_base_bytes\": {}, \"main_bytes\": {}, "
+        "\"peak_tree_pss_bytes\": {}, "
         "\"ratio\": {:.3f}, \"samples\": {}, \"command\": "
         "\"build/release/bench/memory_estimate\"}}",
         workers, e.bytes_per_sample, e.total_bytes, e.ring_bytes, e.worker_private_bytes,
-        e.main_bytes, peak.load(), ratio, samples));
+        e.worker_base_bytes, e.main_bytes, peak.load(), ratio, samples));
   }
   std::printf("\n");
   for (const std::string& line : json) std::printf("%s\n", line.c_str());

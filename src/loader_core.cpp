@@ -195,6 +195,7 @@ struct LoaderCore::Impl {
   bool iterable;  // the dataset is a stream (next()), not size() and get(i)
   DatasetProbe dataset_probe;
   std::optional<std::size_t> measured_sample_bytes;
+  std::optional<std::size_t> measured_worker_base;  // the probe process's private memory
   bool probe_failed = false;
   bool prepared = false;  // kAuto resolved and the memory checked (at the first epoch)
   std::uint64_t next_epoch = 0;
@@ -525,6 +526,7 @@ struct LoaderCore::Impl {
       const ProbeResult probe =
           run_probe_in_child(dataset_probe.sample_bytes, num_workers, probe_timeout());
       measured_sample_bytes = probe.largest;
+      measured_worker_base = probe.private_bytes;
       probe_failed = !probe.largest;
       try {
         if (!probe.largest) {
@@ -554,6 +556,7 @@ struct LoaderCore::Impl {
     in.bytes_per_sample = bytes;
     in.streaming = !options.collate && options.on_sample_error != OnSampleError::kSkip && !iterable;
     in.cache_bytes = dataset_probe.cache_bytes;
+    in.worker_base_bytes = measured_worker_base;
     if (options.pin_memory && options.pin_mode == PinMode::kCopy && bytes > 0) {
       // The staging blocks: the batch the consumer holds and the next one being copied, each
       // its samples, their indices and up to 64 bytes of alignment per field.

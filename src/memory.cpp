@@ -11,9 +11,9 @@
 namespace stoker {
 namespace detail {
 
-// A worker's own memory besides its samples: the pages of the parent's heap, stack and
-// libraries it writes to (copy-on-write), its SlotMemory record and its buffers. Measured on
-// this project's machines with stoker-bench and bench/memory_estimate (docs/memory.md).
+// A worker's own memory besides its samples when no probe measured it: the pages of the
+// parent's heap, stack and libraries it writes to (copy-on-write), its SlotMemory record and
+// its buffers. Measured on this project's machines with bench/memory_estimate (docs/memory.md).
 constexpr std::size_t kWorkerBaseBytes = std::size_t{1} << 20;
 // A slot is backed in 64 KiB steps (SlotMemory); the batch's layout needs a few KiB.
 constexpr std::size_t kSlotStep = std::size_t{64} << 10;
@@ -46,7 +46,8 @@ MemoryEstimate estimate_memory(const EstimateInputs& in) {
   // The samples a loading process holds at once: one while streaming into the slot, the whole
   // batch when a user collate (or skipping) needs them all.
   const std::size_t held = (in.streaming ? 1 : in.batch_size) * in.bytes_per_sample;
-  e.worker_private_bytes = in.num_workers > 0 ? held + detail::kWorkerBaseBytes : 0;
+  e.worker_base_bytes = in.worker_base_bytes.value_or(detail::kWorkerBaseBytes);
+  e.worker_private_bytes = in.num_workers > 0 ? held + e.worker_base_bytes : 0;
   e.main_bytes = detail::own_pss_bytes();
   e.pinned_bytes = in.pinned_bytes;
   e.cache_bytes = in.cache_bytes;
@@ -120,7 +121,9 @@ fmt::format_context::iterator fmt::formatter<stoker::MemoryEstimate>::format(
   };
   row("shared ring", fmt::format("{} slots x {}", e.num_slots, format_bytes(e.slot_bytes)),
       e.ring_bytes);
-  row("workers", fmt::format("{} x {}", e.num_workers, format_bytes(e.worker_private_bytes)),
+  row("workers",
+      fmt::format("{} x {} ({} base)", e.num_workers, format_bytes(e.worker_private_bytes),
+                  format_bytes(e.worker_base_bytes)),
       e.num_workers * e.worker_private_bytes);
   row("pinned staging", "", e.pinned_bytes);
   row("sample cache", "", e.cache_bytes);

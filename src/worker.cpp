@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,25 @@ constexpr std::chrono::microseconds kWorkerSpin{20};
 
 // The record a size probe sends after its last sample (no sample is 2^64 - 1 bytes).
 constexpr std::uint64_t kProbeDone = ~std::uint64_t{0};
+// Followed by one more record: the probe process's private bytes.
+constexpr std::uint64_t kProbePrivate = ~std::uint64_t{0} - 1;
+
+// This process's private memory (Private_Clean + Private_Dirty of smaps_rollup); 0 unknown.
+std::uint64_t own_private_bytes() noexcept {
+  try {
+    std::string text;
+    if (!posix::read_file("/proc/self/smaps_rollup", text)) return 0;
+    std::uint64_t kib = 0;
+    for (const char* key : {"\nPrivate_Clean:", "\nPrivate_Dirty:"}) {
+      const std::size_t at = text.find(key);
+      if (at == std::string::npos) return 0;
+      kib += std::strtoull(text.c_str() + at + std::strlen(key), nullptr, 10);
+    }
+    return kib * 1024;
+  } catch (...) {
+    return 0;
+  }
+}
 
 // The lifeline write ends of every live worker of every loader in this process. A new worker
 // closes all of them, so that only the main process holds each lifeline open and its death
@@ -368,11 +389,16 @@ ProbeResult run_probe_in_child(
     } catch (...) {
       ::_exit(1);
     }
+    if (const std::uint64_t own = own_private_bytes(); own > 0) {
+      send(kProbePrivate);
+      send(own);
+    }
     send(kProbeDone);
     ::_exit(0);
   }
   write_end.reset();
   const Clock::time_point deadline = Clock::now() + timeout;
+  bool private_next = false;  // the record after kProbePrivate
   for (;;) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
@@ -388,6 +414,15 @@ ProbeResult run_probe_in_child(
     if (value == kProbeDone) {
       result.complete = true;
       break;
+    }
+    if (value == kProbePrivate) {
+      private_next = true;
+      continue;
+    }
+    if (private_next) {
+      result.private_bytes = value;
+      private_next = false;
+      continue;
     }
     result.largest = std::max<std::size_t>(result.largest.value_or(0), value);
   }

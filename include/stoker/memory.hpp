@@ -67,6 +67,7 @@ struct MemoryEstimate {
   std::size_t slot_bytes = 0;  // one slot: header, indices, payload, layout
   std::size_t ring_bytes = 0;  // the shared ring, every slot filled (num_workers = 0: one)
   std::size_t worker_private_bytes = 0;  // each worker: its samples in flight and its base
+  std::size_t worker_base_bytes = 0;     // the base part: measured, or a default of 1 MiB
   std::size_t main_bytes = 0;            // the main process now (PSS), before the loader forks
   std::size_t pinned_bytes = 0;          // page-locked staging (pin_memory with copies)
   std::size_t cache_bytes = 0;           // a CachedDataset's budget
@@ -90,6 +91,9 @@ struct EstimateInputs {
   bool streaming = true;
   std::size_t pinned_bytes = 0;
   std::size_t cache_bytes = 0;
+  // A worker's own memory besides its samples, as measured in the loader's probe process;
+  // empty: 1 MiB, this project's measured typical figure.
+  std::optional<std::size_t> worker_base_bytes;
 };
 MemoryEstimate estimate_memory(const EstimateInputs& inputs);
 

@@ -105,3 +105,46 @@ TEST_CASE("when nothing fits, the message shows the fraction given and reads as 
   REQUIRE_THAT(message, !Catch::Contains("would fit either: free memory or raise the limit first. "
                                          "would fit"));
 }
+
+namespace {
+
+// get() keeps a 6 MiB buffer per process, filled on first use: memory a worker adds besides
+// its samples, which the probe process must see.
+struct HeavyWorker {
+  std::size_t size() const { return 32; }
+  Sample get(std::size_t i) const {
+    static std::vector<char> scratch;
+    if (scratch.empty()) scratch.assign(std::size_t{6} << 20, 'x');
+    Sample s;
+    s.set("index", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(i) + scratch[i]));
+    return s;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the per-worker base is measured in the probe process", "[memory]") {
+  LoaderOptions opt;
+  opt.batch_size = 4;
+  opt.num_workers = 2;
+  SECTION("a worker that keeps 6 MiB of its own counts it") {
+    DataLoader loader(HeavyWorker{}, opt);
+    const MemoryEstimate e = loader.memory_estimate();
+    CAPTURE(e.worker_base_bytes);
+    REQUIRE(e.worker_base_bytes >= std::size_t{6} << 20);
+    REQUIRE(e.worker_base_bytes < std::size_t{64} << 20);
+    REQUIRE(e.worker_private_bytes == e.worker_base_bytes + e.bytes_per_sample);
+  }
+  SECTION("a light worker measures far less than that") {
+    DataLoader loader(test::IndexDataset{32, {}}, opt);
+    const MemoryEstimate e = loader.memory_estimate();
+    CAPTURE(e.worker_base_bytes);
+    REQUIRE(e.worker_base_bytes > 0);
+    REQUIRE(e.worker_base_bytes < std::size_t{6} << 20);
+  }
+  SECTION("without a probe (sample_bytes given) the base is the 1 MiB default") {
+    opt.sample_bytes = 64;
+    DataLoader loader(HeavyWorker{}, opt);
+    REQUIRE(loader.memory_estimate().worker_base_bytes == std::size_t{1} << 20);
+  }
+}
