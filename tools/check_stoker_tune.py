@@ -1,14 +1,15 @@
 """Checks stoker-tune end to end (registered with ctest by tools/CMakeLists.txt).
 
-usage: check_stoker_tune.py {grid,progressive,sources,bad_flags} STOKER_TUNE WORKDIR
+usage: check_stoker_tune.py {grid,progressive,sources,work,bad_flags} STOKER_TUNE WORKDIR
                             [RSVG_CONVERT] [images]
 
 grid / progressive: a short run on the tiny workload; the JSON must carry every key, each
 result its figures, and the recommendation must be a measured setting within 5% of the best;
 the SVG must parse as XML with two panels, a line per batch size and a legend, and render to
 PNG when rsvg-convert is given. sources: a .npy file, a token shard and (with `images`) an
-image folder, written here, each tuned briefly. bad_flags: each bad command line exits 2 with
-the usage.
+image folder, written here, each tuned briefly. work: --epochs times whole epochs, and
+--simulate-work-us 200 (at most 5,000 samples/s per worker) lowers the measured throughput far
+below the same setting without it. bad_flags: each bad command line exits 2 with the usage.
 """
 import json
 import os
@@ -184,6 +185,31 @@ def check_bad_flags(tool):
         fail("--help should print the usage on stdout and exit 0")
 
 
+def check_work(tool):
+    """--epochs, and --simulate-work-us, on one setting of the tiny workload."""
+    rates = {}
+    for work, timing in ((0, ["--epochs", "2"]), (0, ["--seconds", "0.3"]),
+                         (200, ["--seconds", "0.3"])):
+        args = ["--workload", "tiny", "--strategy", "grid", "--workers", "1", "--batch", "64",
+                "--warmup", "0.1", "--simulate-work-us", str(work), "--json"] + timing
+        p = run(tool, args, timeout=120)
+        if p.returncode != 0:
+            fail("stoker-tune %s exited %d:\n%s" % (" ".join(args), p.returncode, p.stderr))
+        doc = json.loads(p.stdout)
+        results = doc["results"]
+        if len(results) != 1 or not results[0]["ok"] or results[0]["samples_per_s"] <= 0:
+            fail("one setting should give one good result: %r" % results)
+        if timing[0] == "--epochs":
+            if doc["settings"].get("epochs") != 2:
+                fail("the settings should record --epochs 2: %r" % doc["settings"])
+        else:
+            rates[work] = results[0]["samples_per_s"]
+    # 200 us per sample allows at most 5,000 samples/s on one worker; tiny alone runs far faster.
+    if not rates[200] < 5500 or not rates[200] * 10 < rates[0]:
+        fail("--simulate-work-us 200 gave %.0f samples/s against %.0f without" %
+             (rates[200], rates[0]))
+
+
 def main():
     mode, tool, workdir = sys.argv[1:4]
     rsvg = sys.argv[4] if len(sys.argv) > 4 else ""
@@ -192,6 +218,8 @@ def main():
         check_bad_flags(tool)
     elif mode == "sources":
         check_sources(tool, workdir, "images" in sys.argv[5:])
+    elif mode == "work":
+        check_work(tool)
     else:
         check_run(mode, tool, workdir, rsvg)
     print("check_stoker_tune: %s passed" % mode)
