@@ -79,11 +79,14 @@ std::string describe_exception(const WorkerException::Details& d) {
   const std::string where = d.where.empty() ? std::string() : fmt::format(" in {}", d.where);
   // Outside a batch (a failed worker start-up) the worker is gone and the epoch ended with it.
   const bool in_batch = d.batch.has_value();
+  const char* next =
+      !in_batch ? "the worker exited and the epoch ended: fix the error, then start a new epoch"
+      : d.where == "worker_init"
+          ? "every batch this worker is given fails the same way until it is forked again; the "
+            "loader is still usable: the next fetch returns the next batch"
+          : "the loader is still usable: the next fetch returns the next batch";
   return fmt::format("{} caught {}{}{}{}; {}", who, d.type_name, where,
-                     in_batch ? at_what(d.sample_index, d.batch) : std::string(), what,
-                     in_batch ? "the loader is still usable: the next fetch returns the next batch"
-                              : "the worker exited and the epoch ended: fix the error, then "
-                                "start a new epoch");
+                     in_batch ? at_what(d.sample_index, d.batch) : std::string(), what, next);
 }
 
 std::string describe_timeout(const LoaderTimeout::Details& d) {

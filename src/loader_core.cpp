@@ -442,15 +442,16 @@ struct LoaderCore::Impl {
     ring_doorbell(channel.doorbell, task_eventfds[c].get());
   }
 
-  // Stops and reaps every worker; slots they were loading become free. Never throws.
-  void stop_workers() noexcept {
+  // Stops and reaps every worker; slots they were loading become free. A worker still busy
+  // after `grace` gets SIGTERM, and SIGKILL after as long again. Never throws.
+  void stop_workers(milliseconds grace = kStopGrace) noexcept {
     std::vector<WorkerProcess> running;
     for (std::size_t c = 0; c < channels.size(); ++c) {
       if (!channels[c].running()) continue;
       request_stop(c, true);
       running.push_back(std::move(channels[c].process));
     }
-    if (!running.empty()) reap_all(running, kStopGrace);
+    if (!running.empty()) reap_all(running, grace);
     for (ChannelState& channel : channels) {
       channel.retiring = false;
       channel.outstanding = 0;
@@ -831,10 +832,10 @@ struct LoaderCore::Impl {
   }
 
   // After an error that leaves the workers' state unknown: stop them all.
-  void fail_epoch() noexcept {
+  void fail_epoch(milliseconds grace = kStopGrace) noexcept {
     current.reset();
     next.reset();
-    stop_workers();
+    stop_workers(grace);
     drop_stale_ready();
   }
 
@@ -1433,7 +1434,8 @@ struct LoaderCore::Impl {
       const std::uint64_t sample = channel.current_sample.load(std::memory_order_relaxed);
       if (sample != kNoSample) details.sample_index = sample;
     }
-    fail_epoch();
+    // A worker that overran the timeout is not given the usual grace: SIGTERM after 50 ms.
+    fail_epoch(milliseconds{50});
     throw LoaderTimeout(std::move(details));
   }
 

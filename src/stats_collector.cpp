@@ -41,7 +41,7 @@ std::optional<ProcessMemory> read_process_memory(pid_t pid) {
   const std::optional<std::uint64_t> rss = rollup_field(text, "\nRss:");
   const std::optional<std::uint64_t> pss = rollup_field(text, "\nPss:");
   if (!rss || !pss) return std::nullopt;
-  return ProcessMemory{*rss, *pss};
+  return ProcessMemory{*rss, *pss, rollup_field(text, "\nPrivate_Dirty:").value_or(0)};
 }
 
 std::optional<CpuTimes> parse_cpu_times(const std::string& proc_stat) {

@@ -23,6 +23,7 @@ namespace stoker::detail {
 struct ProcessMemory {
   std::uint64_t rss_bytes = 0;
   std::uint64_t pss_bytes = 0;
+  std::uint64_t private_dirty_bytes = 0;  // pages only this process has written
 };
 std::optional<ProcessMemory> read_process_memory(pid_t pid);  // 0: this process
 

@@ -12,8 +12,6 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -24,6 +22,7 @@
 #include "crash_report.hpp"
 #include "slot_io.hpp"
 #include "spin.hpp"
+#include "stats_collector.hpp"
 #include "stoker/errors.hpp"
 
 namespace stoker::detail {
@@ -39,18 +38,13 @@ constexpr std::uint64_t kProbeDone = ~std::uint64_t{0};
 // Followed by one more record: the probe process's private bytes.
 constexpr std::uint64_t kProbePrivate = ~std::uint64_t{0} - 1;
 
-// This process's private memory (Private_Clean + Private_Dirty of smaps_rollup); 0 unknown.
+// The pages this process alone has written (smaps_rollup's Private_Dirty); 0 when unknown.
+// Clean private pages are left out: a memory-mapped dataset's pages that only the probe read
+// are page cache the workers share, not memory each of them adds.
 std::uint64_t own_private_bytes() noexcept {
   try {
-    std::string text;
-    if (!posix::read_file("/proc/self/smaps_rollup", text)) return 0;
-    std::uint64_t kib = 0;
-    for (const char* key : {"\nPrivate_Clean:", "\nPrivate_Dirty:"}) {
-      const std::size_t at = text.find(key);
-      if (at == std::string::npos) return 0;
-      kib += std::strtoull(text.c_str() + at + std::strlen(key), nullptr, 10);
-    }
-    return kib * 1024;
+    const std::optional<ProcessMemory> own = read_process_memory(0);
+    return own ? own->private_dirty_bytes : 0;
   } catch (...) {
     return 0;
   }
@@ -170,8 +164,10 @@ void wait_for_task(Channel& channel, const WorkerLaunch& launch) noexcept {
   } catch (...) {
     exit_with_fatal(channel, "worker start-up");
   }
-  // An exception in worker_init is reported in place of this worker's first batch (a
-  // WorkerException for that batch, as in PyTorch); the worker then loads the batches after it.
+  // An exception in worker_init is reported in place of every batch this worker is given (a
+  // WorkerException for each, as in PyTorch, whose worker has no fetcher then): what
+  // worker_init should have set up (a seed, a file, a shard) is missing, so the worker loads
+  // nothing, while the other workers' batches still arrive.
   std::optional<CaughtException> init_error;
   if (launch.worker_init != nullptr && *launch.worker_init) {
     try {
@@ -194,7 +190,6 @@ void wait_for_task(Channel& channel, const WorkerLaunch& launch) noexcept {
     }
     if (init_error) {
       report_init_error(ring.header(message.slot), *init_error);
-      init_error.reset();
     } else {
       const LoadOutcome outcome =
           load_batch(ring, *memory, message.slot, &channel, *launch.produce, launch.skip_samples,

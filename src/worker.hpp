@@ -94,7 +94,7 @@ void wait_for_exit(std::span<WorkerProcess> workers, std::chrono::milliseconds t
 struct ProbeResult {
   std::optional<std::size_t> largest;
   bool complete = false;  // the probe returned normally
-  // The probe process's private memory (Private_Clean + Private_Dirty) after its samples:
+  // The probe process's private memory (Private_Dirty) after its samples:
   // what a forked worker adds to the machine's memory besides the samples it holds.
   std::optional<std::size_t> private_bytes;
 };

@@ -73,11 +73,14 @@ STOKER_DTYPE_OF(double, kFloat64);
 STOKER_DTYPE_OF(bool, kBool);
 #undef STOKER_DTYPE_OF
 
-// The other integer types (long long, unsigned long long and char are distinct from the
-// fixed-width types on Linux) are stored by their size and signedness.
+// The other integer types (long long and unsigned long long are distinct from the fixed-width
+// types on Linux) are stored by their size and signedness. Character types are left out: the
+// signedness of char differs between platforms, and text is not a tensor.
 template <class T>
 concept OtherIntegerType =
-    std::is_integral_v<T> && !std::is_same_v<T, bool> && !std::is_same_v<T, std::uint8_t> &&
+    std::is_integral_v<T> && !std::is_same_v<T, bool> && !std::is_same_v<T, char> &&
+    !std::is_same_v<T, wchar_t> && !std::is_same_v<T, char8_t> && !std::is_same_v<T, char16_t> &&
+    !std::is_same_v<T, char32_t> && !std::is_same_v<T, std::uint8_t> &&
     !std::is_same_v<T, std::int8_t> && !std::is_same_v<T, std::uint16_t> &&
     !std::is_same_v<T, std::int16_t> && !std::is_same_v<T, std::uint32_t> &&
     !std::is_same_v<T, std::int32_t> && !std::is_same_v<T, std::uint64_t> &&

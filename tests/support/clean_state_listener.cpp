@@ -1,7 +1,8 @@
 // Every process test, whether or not it calls STOKER_REQUIRE_CLEAN itself, must leave the
 // process as it found it: this listener snapshots the state when a TEST_CASE starts and
-// compares when it ends. A difference fails the run (exit status 1, after Catch's report) and
-// names the test and what was left behind.
+// compares when it ends. A difference names the test and what was left behind, and makes the
+// run exit with status 1 once Catch has written its report (listeners hear of the run's end
+// before the reporter does, so the exit is left to an atexit handler).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -34,10 +35,7 @@ class CleanStateListener : public Catch::TestEventListenerBase {
 
   void testRunEnded(const Catch::TestRunStats& stats) override {
     TestEventListenerBase::testRunEnded(stats);
-    if (dirty_) {
-      std::fflush(nullptr);
-      std::_Exit(1);
-    }
+    if (dirty_) std::atexit([] { std::_Exit(1); });
   }
 
  private:
