@@ -1082,6 +1082,10 @@ struct LoaderCore::Impl {
     if (k < plan.done.size()) plan.done[k] = 1;
     plan.next_in_order = std::max<std::size_t>(plan.next_in_order, k + 1);
     if (header.status != SlotStatus::kOk) {
+      // A worker that cannot go on with its stream (worker_init failed) says so with its error.
+      if (plan.iterable && header.exhausted != 0) {
+        plan.exhausted[num_workers == 0 ? 0 : channels[ring().channel_of(s)].position] = 1;
+      }
       state.phase = Phase::kFree;
       throw_batch_error(s, header.error, k);
     }

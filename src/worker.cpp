@@ -113,8 +113,11 @@ void reset_signals() noexcept {
   ::_exit(kExitFatalReported);
 }
 
-// Fills a task's slot with worker_init's error instead of the batch.
+// Fills a task's slot with worker_init's error instead of the batch. For an iterable dataset
+// the slot also says this worker's stream has ended, so the epoch ends once the others' do
+// (the loader reads the flag only for iterable datasets).
 void report_init_error(SlotHeader& header, const CaughtException& caught) noexcept {
+  header.exhausted = 1;
   header.start_ns = now_ns();
   header.end_ns = header.start_ns;
   header.get_ns = 0;

@@ -253,3 +253,41 @@ TEST_CASE("errors in an iterable dataset: exception, skip, crash", "[iterable][f
   }
   STOKER_REQUIRE_CLEAN(baseline);
 }
+
+TEST_CASE("a worker_init error in an iterable dataset ends that worker's stream, not the epoch",
+          "[iterable][fault]") {
+  // Worker 1's worker_init throws: its first batch is the error and its stream counts as
+  // ended (no endless errors); worker 0's items all arrive, and the epoch ends.
+  const bool in_order = GENERATE(true, false);
+  CAPTURE(in_order);
+  LoaderOptions opt;
+  opt.batch_size = 4;
+  opt.num_workers = 2;
+  opt.in_order = in_order;
+  opt.worker_init = [](std::size_t id) {
+    if (id == 1) throw std::runtime_error("no shard for worker 1");
+  };
+  DataLoader loader(Counter{40, 0, 1, {}, 0, 0}, opt);
+  std::vector<std::int64_t> values;
+  std::size_t errors = 0;
+  auto it = loader.begin();
+  for (std::size_t steps = 0; steps < 100; ++steps) {
+    try {
+      if (it == loader.end()) break;
+      const Tensor& v = (*it)["value"];
+      for (std::size_t r = 0; r < it->size(); ++r) values.push_back(v.data<std::int64_t>()[r]);
+      ++it;
+    } catch (const WorkerException& e) {
+      ++errors;
+      REQUIRE(e.details().where == "worker_init");
+      REQUIRE(e.worker_id() == std::optional<std::size_t>(1));
+    }
+  }
+  REQUIRE(it == loader.end());
+  REQUIRE(errors >= 1);
+  REQUIRE(errors <= opt.prefetch_factor);  // only the batches already given to worker 1
+  std::vector<std::int64_t> expected;      // worker 0's shard: the even items
+  for (std::int64_t i = 0; i < 40; i += 2) expected.push_back(i);
+  std::sort(values.begin(), values.end());
+  REQUIRE(values == expected);
+}
