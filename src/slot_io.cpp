@@ -204,6 +204,7 @@ LoadOutcome load_batch(const Ring& ring, SlotMemory& memory, std::size_t s, Chan
                        std::exception_ptr* error) noexcept {
   SlotHeader& header = ring.header(s);
   header.status = SlotStatus::kEmpty;
+  header.exhausted = 0;  // read with an error too: never left over from the slot's last batch
   header.start_ns = now_ns();
   header.get_ns = 0;
   header.collate_ns = 0;
