@@ -6,9 +6,9 @@
 //   validation: batch_size 16, smaller than training's: the metrics are sums over samples,
 //               so the batch size does not change them, and small batches keep the validation
 //               loader's ring (its slots are sized by the batch) small beside the training
-//               loader's; no shuffle (the same order every time, so results compare across epochs), 1 worker
-//               (it reads a small set once per epoch), persistent because it runs every epoch
-//               and forking its worker again each time would be wasted work.
+//               loader's; no shuffle (the same order every time, so results compare across
+//               epochs), 1 worker (it reads a small set once per epoch), persistent because it
+//               runs every epoch and forking its worker again each time would be wasted work.
 //
 // And the pitfall of evaluation code: a Batch is a view into one of the loader's shared-memory
 // slots, and the slot is reused only when the Batch is destroyed. Aggregate as you go (sums,
