@@ -5,8 +5,8 @@
 #include <cstdio>
 
 #include "format.hpp"
-#include "posix.hpp"
 #include "ring.hpp"
+#include "stats_collector.hpp"
 
 namespace stoker {
 namespace detail {
@@ -18,14 +18,6 @@ constexpr std::size_t kWorkerBaseBytes = std::size_t{1} << 20;
 // A slot is backed in 64 KiB steps (SlotMemory); the batch's layout needs a few KiB.
 constexpr std::size_t kSlotStep = std::size_t{64} << 10;
 constexpr std::size_t kLayoutBytes = std::size_t{4} << 10;
-
-std::size_t own_pss_bytes() {
-  std::string text;
-  if (!posix::read_file("/proc/self/smaps_rollup", text)) return 0;
-  const std::size_t at = text.find("\nPss:");
-  if (at == std::string::npos) return 0;
-  return static_cast<std::size_t>(std::strtoull(text.c_str() + at + 5, nullptr, 10)) * 1024;
-}
 
 }  // namespace detail
 
@@ -48,7 +40,8 @@ MemoryEstimate estimate_memory(const EstimateInputs& in) {
   const std::size_t held = (in.streaming ? 1 : in.batch_size) * in.bytes_per_sample;
   e.worker_base_bytes = in.worker_base_bytes.value_or(detail::kWorkerBaseBytes);
   e.worker_private_bytes = in.num_workers > 0 ? held + e.worker_base_bytes : 0;
-  e.main_bytes = detail::own_pss_bytes();
+  const std::optional<detail::ProcessMemory> own = detail::read_process_memory(0);
+  e.main_bytes = own ? own->pss_bytes : 0;
   e.pinned_bytes = in.pinned_bytes;
   e.cache_bytes = in.cache_bytes;
   e.loader_bytes = e.ring_bytes + in.num_workers * e.worker_private_bytes + e.pinned_bytes +
