@@ -2,7 +2,6 @@
 // exhaustion (file descriptors, shared memory), the warning about forking from threads, and
 // what neither process may do: spin while waiting for a slow worker, start threads (also with
 // stats, tracing and pinned memory on), or map a ring that can shrink under them.
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -195,17 +194,6 @@ double thread_cpu_seconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
-std::size_t thread_count() {
-  std::size_t n = 0;
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return 0;
-  while (dirent* entry = readdir(dir)) {
-    if (entry->d_name[0] != '.') ++n;
-  }
-  closedir(dir);
-  return n;
-}
-
 // A sample carrying the number of threads of the process that made it.
 struct ThreadCounting {
   std::size_t n = 64;
@@ -213,7 +201,7 @@ struct ThreadCounting {
   Sample get(std::size_t i) const {
     Sample s;
     s.set("index", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(i)));
-    s.set("threads", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(thread_count())));
+    s.set("threads", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(test::thread_count())));
     return s;
   }
 };
@@ -259,7 +247,7 @@ TEST_CASE(
   // A thread alive in the main process when it forks would leave its locks held in the child;
   // stoker starts none, whatever the options. A forked worker has one thread by construction:
   // the check there guards against a worker that starts its own.
-  REQUIRE(thread_count() == 1);
+  REQUIRE(test::thread_count() == 1);
   const std::string trace = "/tmp/stoker-threads-" + std::to_string(getpid()) + ".json";
   LoaderOptions opt;
   opt.batch_size = 8;
@@ -273,7 +261,7 @@ TEST_CASE(
   for (int epoch = 0; epoch < 2; ++epoch) {
     std::size_t samples = 0;
     for (const Batch& batch : loader) {
-      REQUIRE(thread_count() == 1);  // the main process, between batches
+      REQUIRE(test::thread_count() == 1);  // the main process, between batches
       const Tensor& threads = batch["threads"];
       for (std::size_t r = 0; r < batch.size(); ++r) {
         CAPTURE(epoch, r);

@@ -55,16 +55,28 @@ std::vector<pid_t> child_pids() {
   return children;
 }
 
-std::size_t open_fd_count() {
+namespace {
+
+// Entries of a /proc directory, without "." and "..".
+std::size_t count_entries(const char* path) {
   std::size_t n = 0;
-  DIR* dir = opendir("/proc/self/fd");
+  DIR* dir = opendir(path);
   if (dir == nullptr) return 0;
   while (dirent* entry = readdir(dir)) {
     if (entry->d_name[0] != '.') ++n;
   }
   closedir(dir);
-  return n - 1;  // the descriptor opendir itself holds
+  return n;
 }
+
+}  // namespace
+
+std::size_t open_fd_count() {
+  const std::size_t n = count_entries("/proc/self/fd");
+  return n > 0 ? n - 1 : 0;  // less the descriptor opendir itself holds
+}
+
+std::size_t thread_count() { return count_entries("/proc/self/task"); }
 
 std::size_t ring_mapping_count() {
   std::ifstream maps("/proc/self/maps");

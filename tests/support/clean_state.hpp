@@ -23,6 +23,7 @@ struct ProcessState {
 ProcessState process_state();
 std::vector<pid_t> child_pids();
 std::size_t open_fd_count();
+std::size_t thread_count();  // threads of this process (/proc/self/task)
 std::size_t ring_mapping_count();
 std::size_t rss_shmem_kib();
 // Everything that differs from `baseline`, as text; empty when the state is clean.
