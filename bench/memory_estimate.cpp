@@ -21,7 +21,7 @@
 
 #include <fmt/format.h>
 
-#include "stats_collector.hpp"
+#include "loader/stats_collector.hpp"
 #include "stoker/stoker.hpp"
 
 namespace {

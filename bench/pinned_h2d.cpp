@@ -17,7 +17,7 @@
 #include <fmt/format.h>
 
 #include "../tools/bench_workloads.hpp"
-#include "cuda_runtime.hpp"
+#include "os/cuda_runtime.hpp"
 #include "stoker/stoker.hpp"
 
 namespace {

@@ -32,7 +32,7 @@
 #include <fmt/format.h>
 
 #include "bench_workloads.hpp"
-#include "format.hpp"
+#include "data/format.hpp"
 #include "stoker/stoker.hpp"
 
 namespace {

@@ -10,9 +10,9 @@
 
 #include <catch2/catch.hpp>
 
-#include "cgroup.hpp"
-#include "crash_report.hpp"
-#include "posix.hpp"
+#include "os/cgroup.hpp"
+#include "loader/crash_report.hpp"
+#include "os/posix.hpp"
 #include "support/clean_state.hpp"
 #include "support/datasets.hpp"
 

@@ -19,8 +19,8 @@
 #include <spdlog/spdlog.h>
 #include <catch2/catch.hpp>
 
-#include "log.hpp"
-#include "posix.hpp"
+#include "os/log.hpp"
+#include "os/posix.hpp"
 #include "support/captured_log.hpp"
 #include "support/clean_state.hpp"
 #include "support/datasets.hpp"

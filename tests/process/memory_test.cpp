@@ -10,7 +10,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "cgroup.hpp"
+#include "os/cgroup.hpp"
 #include "support/clean_state.hpp"
 #include "support/datasets.hpp"
 

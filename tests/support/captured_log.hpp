@@ -10,7 +10,7 @@
 
 #include <spdlog/sinks/ostream_sink.h>
 
-#include "log.hpp"
+#include "os/log.hpp"
 
 namespace stoker::test {
 

@@ -9,8 +9,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "cgroup.hpp"
-#include "crash_report.hpp"
+#include "os/cgroup.hpp"
+#include "loader/crash_report.hpp"
 #include "support/fake_root.hpp"
 
 using namespace stoker::detail;

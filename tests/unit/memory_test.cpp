@@ -8,7 +8,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "ring.hpp"
+#include "ipc/ring.hpp"
 #include "stoker/memory.hpp"
 #include "stoker/topology.hpp"
 #include "support/fake_root.hpp"

@@ -8,7 +8,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "nvml.hpp"
+#include "os/nvml.hpp"
 
 using stoker::detail::query_gpu;
 using stoker::detail::reset_gpu_query;

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "buffer_cache.hpp"
+#include "data/buffer_cache.hpp"
 
 namespace stoker {
 namespace {

@@ -1,0 +1,183 @@
+#include "ipc/ring.hpp"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "data/format.hpp"
+#include "os/posix.hpp"
+#include "stoker/errors.hpp"
+
+namespace stoker::detail {
+namespace {
+
+// On a machine with several NUMA nodes, the ring's pages are placed on the node of the CPU
+// that creates it (the consumer's, which reads every batch) rather than wherever a worker
+// first touches them. MPOL_PREFERRED through the raw system call: no libnuma needed. Best
+// effort: a failure only costs locality.
+void prefer_local_node(void* base, std::size_t bytes) noexcept {
+  static const bool several_nodes = [] {
+    std::string online;
+    if (!posix::read_file("/sys/devices/system/node/online", online)) return false;
+    return online.find_first_of(",-") != std::string::npos;  // "0" is one node; "0-1", "0,2"
+  }();
+  if (!several_nodes) return;
+  unsigned cpu = 0;
+  unsigned node = 0;
+  if (::getcpu(&cpu, &node) != 0 || node >= 64) return;
+  const unsigned long mask = 1UL << node;
+  constexpr int kMpolPreferred = 1;
+  ::syscall(SYS_mbind, base, bytes, kMpolPreferred, &mask, 64UL, 0U);
+}
+
+constexpr std::size_t kGrowStep = std::size_t{64} << 10;
+
+void copy_truncated(char* dst, std::size_t capacity, std::string_view text) noexcept {
+  const std::size_t n = std::min(text.size(), capacity - 1);
+  std::memcpy(dst, text.data(), n);
+  dst[n] = '\0';
+}
+
+// Backs and maps [p, p + n) in this process. Returns 0 or an errno value.
+int populate(std::byte* p, std::size_t n) noexcept {
+  if (posix::populate(p, n) == 0) return 0;
+  if (errno != EINVAL) return errno;
+  // Kernels before 5.14 lack MADV_POPULATE_READ: touch each page with an atomic no-op, which
+  // cannot clobber a concurrent writer. Exhaustion then shows up as SIGBUS, not as an error.
+  for (std::size_t off = 0; off < n; off += kPageSize) {
+    __atomic_fetch_add(reinterpret_cast<std::uint64_t*>(p + off), 0, __ATOMIC_RELAXED);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void ring_doorbell(Doorbell& bell, int eventfd) noexcept {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // F: see Doorbell
+  if (bell.sleeping.load(std::memory_order_relaxed) != 0) posix::eventfd_post(eventfd);
+}
+
+void ErrorReport::set(std::uint64_t sample_index, std::uint64_t batch_number,
+                      std::string_view where_text, std::string_view type,
+                      std::string_view what) noexcept {
+  sample = sample_index;
+  batch = batch_number;
+  copy_truncated(where, sizeof where, where_text);
+  copy_truncated(type_name, sizeof type_name, type);
+  copy_truncated(message, sizeof message, what);
+}
+
+Ring::Ring(std::size_t num_channels, std::size_t slots_per_channel, std::size_t slot_bytes) {
+  const std::size_t channels_offset = round_up(sizeof(ControlBlock), kCacheLine);
+  const std::size_t slots_offset =
+      round_up(channels_offset + num_channels * sizeof(Channel), kPageSize);
+  const std::size_t stride = round_up(slot_bytes, kPageSize);
+  const std::size_t num_slots = num_channels * slots_per_channel;
+  if (stride != 0 && num_slots > (std::size_t{1} << 46) / stride) {
+    throw Error(fmt::format(
+        "DataLoader: {} slots of {} would need more address space than a process has; lower "
+        "LoaderOptions::max_batch_bytes, num_workers or prefetch_factor",
+        num_slots, format_bytes(stride)));
+  }
+  bytes_ = slots_offset + num_slots * stride;
+
+  posix::Fd fd(posix::memfd("stoker-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd.valid()) {
+    throw Error(posix::errno_message("DataLoader: memfd_create for the batch ring failed", errno) +
+                "; stoker needs Linux 3.17 or newer and a free file descriptor");
+  }
+  if (posix::truncate_fd(fd.get(), static_cast<off_t>(bytes_)) != 0) {
+    throw Error(posix::errno_message(
+        fmt::format("DataLoader: sizing the batch ring to {} failed", format_bytes(bytes_)),
+        errno));
+  }
+  // The region never changes size: sealing it means no process can shrink it under another
+  // one's mapping (which would turn reads into SIGBUS).
+  (void)posix::add_seals(fd.get(), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+  void* base = posix::map_shared(fd.get(), bytes_);
+  if (base == MAP_FAILED) {
+    throw Error(
+        posix::errno_message(
+            fmt::format("DataLoader: mapping {} of address space for {} batch slots of {} failed",
+                        format_bytes(bytes_), num_slots, format_bytes(stride)),
+            errno) +
+        "; lower LoaderOptions::max_batch_bytes or prefetch_factor");
+  }
+  base_ = static_cast<std::byte*>(base);
+  // The mapping keeps the memory; the descriptor is not needed any more.
+  prefer_local_node(base_, bytes_);
+
+  if (const int err = populate(base_, slots_offset); err != 0) {
+    ::munmap(base_, bytes_);
+    throw Error(posix::errno_message("DataLoader: cannot back the ring's control block", err));
+  }
+  control_ = new (base_) ControlBlock();
+  control_->magic = kRingMagic;
+  control_->version = kRingVersion;
+  control_->num_channels = static_cast<std::uint32_t>(num_channels);
+  control_->slots_per_channel = static_cast<std::uint32_t>(slots_per_channel);
+  control_->num_slots = static_cast<std::uint32_t>(num_slots);
+  control_->slot_stride = stride;
+  control_->slots_offset = slots_offset;
+  channels_ = reinterpret_cast<Channel*>(base_ + channels_offset);
+  for (std::size_t w = 0; w < num_channels; ++w) new (&channels_[w]) Channel();
+  for (std::size_t s = 0; s < num_slots; ++s) {
+    if (const int err = populate(slot(s), kSlotHeaderBytes); err != 0) {
+      ::munmap(base_, bytes_);
+      throw Error(posix::errno_message(
+          fmt::format("DataLoader: cannot back the header of batch slot {}", s), err));
+    }
+    SlotHeader* header = new (slot(s)) SlotHeader();
+    header->magic = kRingMagic;
+    header->committed.store(kSlotHeaderBytes, std::memory_order_relaxed);
+  }
+}
+
+Ring::~Ring() {
+  if (base_ != nullptr) ::munmap(base_, bytes_);
+}
+
+SlotMemory::SlotMemory(const Ring& ring)
+    : ring_(ring), ready_(std::make_unique<std::size_t[]>(ring.num_slots())) {}
+
+void SlotMemory::ensure(std::size_t s, std::size_t bytes) {
+  const std::size_t ready = ready_[s];
+  if (bytes <= ready) return;
+  const std::size_t capacity = ring_.slot_bytes();
+  if (bytes > capacity) {
+    throw Error(
+        fmt::format("DataLoader: a batch needs {} but a slot holds at most {} (LoaderOptions::"
+                    "max_batch_bytes); raise max_batch_bytes or lower batch_size",
+                    format_bytes(bytes), format_bytes(capacity)));
+  }
+  const std::size_t target =
+      std::min(capacity, round_up(std::max(bytes, ready + ready / 8), kGrowStep));
+  const std::size_t start = ready / kPageSize * kPageSize;
+  if (const int err = populate(ring_.slot(s) + start, target - start); err != 0) {
+    throw Error(
+        posix::errno_message(
+            fmt::format("DataLoader: cannot back {} of shared memory for batch slot {} (it had {})",
+                        format_bytes(target), s, format_bytes(ready)),
+            err) +
+        "; memory is exhausted (RAM or the cgroup's limit): lower batch_size, "
+        "num_workers or prefetch_factor");
+  }
+  ready_[s] = target;
+  std::atomic<std::uint64_t>& committed = ring_.header(s).committed;
+  std::uint64_t seen = committed.load(std::memory_order_relaxed);
+  while (seen < target &&
+         !committed.compare_exchange_weak(seen, target, std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace stoker::detail

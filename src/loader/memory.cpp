@@ -1,0 +1,128 @@
+#include "stoker/memory.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "data/format.hpp"
+#include "ipc/ring.hpp"
+#include "loader/stats_collector.hpp"
+
+namespace stoker {
+namespace detail {
+
+// A worker's own memory besides its samples when no probe measured it: the pages of the
+// parent's heap, stack and libraries it writes to (copy-on-write), its SlotMemory record and
+// its buffers. Measured on this project's machines with bench/memory_estimate (docs/memory.md).
+constexpr std::size_t kWorkerBaseBytes = std::size_t{1} << 20;
+// A slot is backed in 64 KiB steps (SlotMemory); the batch's layout needs a few KiB.
+constexpr std::size_t kSlotStep = std::size_t{64} << 10;
+constexpr std::size_t kLayoutBytes = std::size_t{4} << 10;
+
+}  // namespace detail
+
+MemoryEstimate estimate_memory(const EstimateInputs& in) {
+  MemoryEstimate e;
+  e.num_workers = in.num_workers;
+  e.batch_size = in.batch_size;
+  e.bytes_per_sample = in.bytes_per_sample;
+  e.batch_bytes = in.batch_size * in.bytes_per_sample;
+  e.num_slots = std::max<std::size_t>(in.num_workers, 1) * in.prefetch_factor;
+  e.slot_bytes = detail::round_up(
+      detail::Ring::payload_start(in.batch_size) + e.batch_bytes + detail::kLayoutBytes,
+      detail::kSlotStep);
+  // Workers keep every slot of theirs filled. In-process loading (num_workers = 0) fills one
+  // slot at a time: the iterator lets go of the previous batch before it loads the next, so a
+  // second slot is used only by a consumer that keeps batches across iterations.
+  e.ring_bytes = (in.num_workers > 0 ? e.num_slots : 1) * e.slot_bytes;
+  // The samples a loading process holds at once: one while streaming into the slot, the whole
+  // batch when a user collate (or skipping) needs them all.
+  const std::size_t held = (in.streaming ? 1 : in.batch_size) * in.bytes_per_sample;
+  e.worker_base_bytes = in.worker_base_bytes.value_or(detail::kWorkerBaseBytes);
+  e.worker_private_bytes = in.num_workers > 0 ? held + e.worker_base_bytes : 0;
+  const std::optional<detail::ProcessMemory> own = detail::read_process_memory(0);
+  e.main_bytes = own ? own->pss_bytes : 0;
+  e.pinned_bytes = in.pinned_bytes;
+  e.cache_bytes = in.cache_bytes;
+  e.loader_bytes = e.ring_bytes + in.num_workers * e.worker_private_bytes + e.pinned_bytes +
+                   e.cache_bytes + (in.num_workers == 0 ? held : 0);
+  e.total_bytes = e.loader_bytes + e.main_bytes;
+  e.rule_of_thumb_bytes = (in.num_workers + 1) * e.batch_bytes;
+  return e;
+}
+
+WorkerRecommendation recommend_num_workers(const SystemInfo& s, std::size_t per_worker_bytes,
+                                           double memory_fraction, std::size_t local_world_size) {
+  const std::size_t ranks = std::max<std::size_t>(local_world_size, 1);
+  struct Bound {
+    std::size_t workers;
+    std::string reason;
+  };
+  std::vector<Bound> bounds;
+  const bool physical = s.physical_cores.known();
+  const std::size_t cores = physical ? *s.physical_cores.value : s.logical_cpus.value.value_or(2);
+  const std::size_t share = std::max<std::size_t>(cores / ranks, 1);
+  const std::string ranks_note =
+      ranks > 1 ? fmt::format(", shared by {} ranks on this machine", ranks) : std::string();
+  if (s.network_filesystem.value.value_or(false)) {
+    // Reading over the network waits more than it computes: more workers than cores pay off.
+    bounds.push_back(
+        {2 * share, fmt::format("twice the {} {} cores{} (data on a network "
+                                "filesystem: workers mostly wait)",
+                                cores, physical ? "physical" : "logical", ranks_note)});
+  } else {
+    bounds.push_back({std::max<std::size_t>(share, 2) - 1,
+                      fmt::format("{} {} cores{}, minus one for the training loop", cores,
+                                  physical ? "physical" : "logical", ranks_note)});
+  }
+  if (s.cpu_quota.value) {
+    const double per_rank = *s.cpu_quota.value / static_cast<double>(ranks);
+    bounds.push_back(
+        {std::max<std::size_t>(1, static_cast<std::size_t>(std::floor(per_rank))),
+         fmt::format("a CPU quota of {:.1f} CPUs ({})", *s.cpu_quota.value, s.cpu_quota.source)});
+  }
+  if (const auto usable = s.usable_memory(); usable && per_worker_bytes > 0) {
+    const double allowed =
+        static_cast<double>(*usable) * memory_fraction / static_cast<double>(ranks);
+    bounds.push_back(
+        {std::max<std::size_t>(
+             1, static_cast<std::size_t>(allowed / static_cast<double>(per_worker_bytes))),
+         fmt::format("memory: {:.0f}% of {} usable, at {} per worker", memory_fraction * 100,
+                     detail::format_bytes(*usable), detail::format_bytes(per_worker_bytes))});
+  }
+  if (s.rotational.value.value_or(false)) {
+    bounds.push_back({4,
+                      "the data is on a rotational disk, where more than 4 readers seek "
+                      "more than they read"});
+  }
+  const Bound& tightest =
+      *std::min_element(bounds.begin(), bounds.end(),
+                        [](const Bound& a, const Bound& b) { return a.workers < b.workers; });
+  return {tightest.workers, tightest.reason};
+}
+
+}  // namespace stoker
+
+fmt::format_context::iterator fmt::formatter<stoker::MemoryEstimate>::format(
+    const stoker::MemoryEstimate& e, fmt::format_context& ctx) const {
+  using stoker::detail::format_bytes;
+  auto out = ctx.out();
+  out = fmt::format_to(out, "memory estimate: {} workers, batches of {} x {} = {}\n", e.num_workers,
+                       e.batch_size, format_bytes(e.bytes_per_sample), format_bytes(e.batch_bytes));
+  const auto row = [&](std::string_view what, std::string_view how, std::size_t bytes) {
+    out = fmt::format_to(out, "  {:<22}{:<24}{:>12}\n", what, how, format_bytes(bytes));
+  };
+  row("shared ring", fmt::format("{} slots x {}", e.num_slots, format_bytes(e.slot_bytes)),
+      e.ring_bytes);
+  row("workers",
+      fmt::format("{} x {} ({} base)", e.num_workers, format_bytes(e.worker_private_bytes),
+                  format_bytes(e.worker_base_bytes)),
+      e.num_workers * e.worker_private_bytes);
+  row("pinned staging", "", e.pinned_bytes);
+  row("sample cache", "", e.cache_bytes);
+  row("loader", "", e.loader_bytes);
+  row("main process (now)", "", e.main_bytes);
+  row("total", "", e.total_bytes);
+  row("rule of thumb", "(workers + 1) x batch", e.rule_of_thumb_bytes);
+  return out;
+}

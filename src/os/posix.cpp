@@ -1,0 +1,164 @@
+#include "os/posix.hpp"
+
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace stoker::detail::posix {
+namespace {
+
+struct Injection {
+  std::atomic<int> err{0};
+  std::atomic<int> remaining{0};
+};
+std::array<Injection, static_cast<std::size_t>(Call::kCount)> g_injections;
+
+// True (with errno set) when a test asked this call to fail. One relaxed load on the normal path.
+bool injected(Call call) noexcept {
+  Injection& slot = g_injections[static_cast<std::size_t>(call)];
+  if (slot.remaining.load(std::memory_order_relaxed) <= 0) return false;
+  if (slot.remaining.fetch_sub(1, std::memory_order_relaxed) <= 0) return false;
+  errno = slot.err.load(std::memory_order_relaxed);
+  return true;
+}
+
+}  // namespace
+
+void Fd::reset(int fd) noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+void inject_failure(Call call, int err, int times) noexcept {
+  Injection& slot = g_injections[static_cast<std::size_t>(call)];
+  slot.err.store(err, std::memory_order_relaxed);
+  slot.remaining.store(times, std::memory_order_relaxed);
+}
+
+void clear_injected_failures() noexcept {
+  for (Injection& slot : g_injections) slot.remaining.store(0, std::memory_order_relaxed);
+}
+
+pid_t fork_process() noexcept {
+  if (injected(Call::kFork)) return -1;
+  return ::fork();
+}
+
+int memfd(const char* name, unsigned flags) noexcept {
+  if (injected(Call::kMemfdCreate)) return -1;
+  return ::memfd_create(name, flags);
+}
+
+int truncate_fd(int fd, off_t size) noexcept {
+  if (injected(Call::kFtruncate)) return -1;
+  int rc;
+  do {
+    rc = ::ftruncate(fd, size);
+  } while (rc < 0 && errno == EINTR);
+  return rc;
+}
+
+int add_seals(int fd, int seals) noexcept { return ::fcntl(fd, F_ADD_SEALS, seals); }
+
+void* map_shared(int fd, std::size_t length) noexcept {
+  if (injected(Call::kMmap)) return MAP_FAILED;
+  return ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+}
+
+int populate(void* addr, std::size_t length) noexcept {
+  if (injected(Call::kMadvise)) return -1;
+  int rc;
+  do {
+    rc = ::madvise(addr, length, MADV_POPULATE_READ);
+  } while (rc < 0 && errno == EINTR);
+  return rc;
+}
+
+int make_eventfd() noexcept {
+  if (injected(Call::kEventfd)) return -1;
+  return ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+}
+
+int eventfd_post(int fd) noexcept {
+  const std::uint64_t one = 1;
+  ssize_t n;
+  do {
+    n = ::write(fd, &one, sizeof one);
+  } while (n < 0 && errno == EINTR);
+  // EAGAIN means the counter is saturated: the reader will wake anyway.
+  return n == sizeof one || (n < 0 && errno == EAGAIN) ? 0 : -1;
+}
+
+void eventfd_drain(int fd) noexcept {
+  std::uint64_t value;
+  ssize_t n;
+  do {
+    n = ::read(fd, &value, sizeof value);
+  } while (n < 0 && errno == EINTR);
+}
+
+int open_pidfd(pid_t pid) noexcept {
+  if (injected(Call::kPidfdOpen)) return -1;
+#ifdef SYS_pidfd_open
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#else
+  (void)pid;
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+int make_pipe(int fds[2]) noexcept {
+  if (injected(Call::kPipe)) return -1;
+  return ::pipe2(fds, O_CLOEXEC);
+}
+
+int poll_fds(pollfd* fds, std::size_t count, int timeout_ms) noexcept {
+  const int rc = ::poll(fds, static_cast<nfds_t>(count), timeout_ms);
+  if (rc < 0 && errno == EINTR) return 0;
+  return rc;
+}
+
+pid_t wait_pid(pid_t pid, int* status, int options) noexcept {
+  pid_t rc;
+  do {
+    rc = ::waitpid(pid, status, options);
+  } while (rc < 0 && errno == EINTR);
+  return rc;
+}
+
+bool read_file(const char* path, std::string& out) noexcept {
+  Fd fd(::open(path, O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return false;
+  try {
+    out.clear();
+    char buffer[4096];
+    for (;;) {
+      const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return false;
+      if (n == 0) return true;
+      out.append(buffer, static_cast<std::size_t>(n));
+    }
+  } catch (...) {
+    errno = ENOMEM;
+    return false;
+  }
+}
+
+std::string errno_message(std::string_view what, int err) {
+  return fmt::format("{}: {} (errno {})", what, std::strerror(err), err);
+}
+
+}  // namespace stoker::detail::posix
