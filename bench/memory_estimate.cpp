@@ -21,7 +21,7 @@
 
 #include <fmt/format.h>
 
-#include "loader/stats_collector.hpp"
+#include "os/proc.hpp"
 #include "stoker/stoker.hpp"
 
 namespace {

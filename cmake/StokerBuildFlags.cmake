@@ -12,4 +12,6 @@ if(STOKER_SANITIZE)
   target_compile_options(stoker_build_flags INTERFACE
     -fsanitize=${STOKER_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   target_link_options(stoker_build_flags INTERFACE -fsanitize=${STOKER_SANITIZE})
+  # STOKER_ASSERT (src/os/assert.hpp) checks the engine's invariants in this build too.
+  target_compile_definitions(stoker_build_flags INTERFACE STOKER_ASSERTIONS=1)
 endif()

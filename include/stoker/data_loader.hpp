@@ -142,7 +142,12 @@ class DataLoader {
   // The epoch the next begin() runs; its shuffle order depends only on (seed, epoch).
   void set_epoch(std::uint64_t epoch) noexcept { core_->set_epoch(epoch); }
   std::uint64_t epoch() const noexcept { return core_->epoch(); }
+  // The options as given: the loader never edits them (num_workers stays kAuto).
   const LoaderOptions& options() const noexcept { return core_->options(); }
+  // The worker processes this loader runs: options().num_workers, or what kAuto chose (main
+  // process; the first call with kAuto measures samples in a probe process and probes the
+  // machine, as the first begin() would).
+  std::size_t num_workers() { return core_->num_workers(); }
   D& dataset() noexcept { return *dataset_; }
   const D& dataset() const noexcept { return *dataset_; }
   // Resume. state() is where the loader stands, as a few hundred bytes of text: the epoch, the

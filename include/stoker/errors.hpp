@@ -89,8 +89,24 @@ class LoaderTimeout : public Error {
   explicit LoaderTimeout(Details details);
   const Details& details() const noexcept { return details_; }
 
+ protected:
+  LoaderTimeout(Details details, const std::string& message);
+
  private:
   Details details_;
+};
+
+// No batch can arrive until the program releases a Batch it holds: every slot that could carry
+// the next batch is held by the consumer (a Batch is a view of its slot). Raised at once when
+// the process has a single thread (nothing else could release one), after
+// LoaderOptions::timeout otherwise. Keep batch.clone() instead, or raise prefetch_factor.
+class HeldBatchesTimeout : public LoaderTimeout {
+ public:
+  HeldBatchesTimeout(Details details, std::size_t held_batches, const std::string& message);
+  std::size_t held_batches() const noexcept { return held_; }
+
+ private:
+  std::size_t held_;
 };
 
 // The samples of a batch cannot be stacked: a field is missing, or dtypes or shapes differ.

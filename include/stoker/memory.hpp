@@ -91,6 +91,9 @@ struct EstimateInputs {
   bool streaming = true;
   std::size_t pinned_bytes = 0;
   std::size_t cache_bytes = 0;
+  // LoaderOptions::max_batches_per_worker > 0: a retiring worker's replacement starts on a
+  // spare set of prefetch_factor slots while the old one finishes, so the ring has one more.
+  bool recycling = false;
   // A worker's own memory besides its samples, as measured in the loader's probe process;
   // empty: 1 MiB, this project's measured typical figure.
   std::optional<std::size_t> worker_base_bytes;

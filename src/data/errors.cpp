@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "loader/crash_report.hpp"
+#include "data/error_text.hpp"
 
 namespace stoker {
 
@@ -18,6 +18,13 @@ WorkerException::WorkerException(Details details)
 
 LoaderTimeout::LoaderTimeout(Details details)
     : Error(detail::describe_timeout(details)), details_(std::move(details)) {}
+
+LoaderTimeout::LoaderTimeout(Details details, const std::string& message)
+    : Error(message), details_(std::move(details)) {}
+
+HeldBatchesTimeout::HeldBatchesTimeout(Details details, std::size_t held_batches,
+                                       const std::string& message)
+    : LoaderTimeout(std::move(details), message), held_(held_batches) {}
 
 CollateError::CollateError(std::string field, std::vector<std::size_t> sample_indices,
                            std::string message)

@@ -1,4 +1,4 @@
-#include "stoker/distributed.hpp"
+#include "datasets/launch.hpp"
 
 #include <cerrno>
 #include <cstdlib>
@@ -110,3 +110,15 @@ DistributedSampler DistributedSampler::from_env(std::size_t dataset_size, Option
 }
 
 }  // namespace stoker
+
+namespace stoker::detail {
+
+LaunchInfo detect_launch_quietly() noexcept {
+  try {
+    return detect_launch();
+  } catch (...) {
+    return LaunchInfo{};
+  }
+}
+
+}  // namespace stoker::detail

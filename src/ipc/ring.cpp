@@ -77,7 +77,19 @@ void ErrorReport::set(std::uint64_t sample_index, std::uint64_t batch_number,
   copy_truncated(message, sizeof message, what);
 }
 
-Ring::Ring(std::size_t num_channels, std::size_t slots_per_channel, std::size_t slot_bytes) {
+RingGeometry ring_geometry(std::size_t num_workers, std::size_t prefetch_factor,
+                           bool spare_channel, std::size_t slot_bytes) noexcept {
+  RingGeometry g;
+  g.channels = std::max<std::size_t>(num_workers, 1) + (num_workers > 0 && spare_channel ? 1 : 0);
+  g.slots_per_channel = prefetch_factor;
+  g.slot_bytes = slot_bytes;
+  return g;
+}
+
+Ring::Ring(const RingGeometry& geometry) {
+  const std::size_t num_channels = geometry.channels;
+  const std::size_t slots_per_channel = geometry.slots_per_channel;
+  const std::size_t slot_bytes = geometry.slot_bytes;
   const std::size_t channels_offset = round_up(sizeof(ControlBlock), kCacheLine);
   const std::size_t slots_offset =
       round_up(channels_offset + num_channels * sizeof(Channel), kPageSize);

@@ -196,12 +196,25 @@ struct ControlBlock {
 };
 static_assert(std::is_standard_layout_v<ControlBlock>);
 
+// The shape of a loader's ring: one channel per worker (one when loading in-process), plus a
+// spare one when workers are recycled (LoaderOptions::max_batches_per_worker), each of
+// slots_per_channel slots (prefetch_factor) of slot_bytes of address space. The memory
+// estimate and the ring itself are both computed from this, so they agree.
+struct RingGeometry {
+  std::size_t channels = 1;
+  std::size_t slots_per_channel = 1;
+  std::size_t slot_bytes = 0;
+  std::size_t num_slots() const noexcept { return channels * slots_per_channel; }
+};
+RingGeometry ring_geometry(std::size_t num_workers, std::size_t prefetch_factor,
+                           bool spare_channel, std::size_t slot_bytes) noexcept;
+
 // A mapped ring. Created by the main process before forking; inherited by workers.
 class Ring {
  public:
   // Throws stoker::Error when the memfd cannot be created, sized or mapped, or its header
   // pages cannot be backed.
-  Ring(std::size_t num_channels, std::size_t slots_per_channel, std::size_t slot_bytes);
+  explicit Ring(const RingGeometry& geometry);
   ~Ring();
   Ring(const Ring&) = delete;
   Ring& operator=(const Ring&) = delete;

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "loader/crash_report.hpp"
+#include "data/error_text.hpp"
 #include "data/format.hpp"
 #include "data/random_state.hpp"
 #include "stoker/errors.hpp"

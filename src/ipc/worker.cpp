@@ -19,10 +19,10 @@
 #include "os/log.hpp"
 
 #include "data/buffer_cache.hpp"
-#include "loader/crash_report.hpp"
+#include "data/error_text.hpp"
 #include "ipc/slot_io.hpp"
 #include "ipc/spin.hpp"
-#include "loader/stats_collector.hpp"
+#include "os/proc.hpp"
 #include "stoker/errors.hpp"
 
 namespace stoker::detail {
@@ -428,25 +428,6 @@ ProbeResult run_probe_in_child(
   int status = 0;
   posix::wait_pid(pid, &status, 0);
   return result;
-}
-
-std::size_t count_threads() noexcept {
-  try {
-    std::string text;
-    if (!posix::read_file("/proc/self/stat", text)) return 0;
-    const std::size_t close = text.rfind(')');
-    if (close == std::string::npos) return 0;
-    // Fields after "(comm)": state is field 3, num_threads is field 20.
-    std::size_t pos = close + 2;
-    for (int field = 3; field < 20; ++field) {
-      pos = text.find(' ', pos);
-      if (pos == std::string::npos) return 0;
-      ++pos;
-    }
-    return std::stoul(text.substr(pos, text.find(' ', pos) - pos));
-  } catch (...) {
-    return 0;
-  }
 }
 
 void warn_if_multithreaded() noexcept {

@@ -104,7 +104,5 @@ ProbeResult run_probe_in_child(
 
 // Warns once per process (through spdlog) when the caller has more than one thread.
 void warn_if_multithreaded() noexcept;
-// Threads in this process, from /proc/self/stat; 0 when unknown.
-std::size_t count_threads() noexcept;
 
 }  // namespace stoker::detail

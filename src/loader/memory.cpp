@@ -6,7 +6,7 @@
 
 #include "data/format.hpp"
 #include "ipc/ring.hpp"
-#include "loader/stats_collector.hpp"
+#include "os/proc.hpp"
 
 namespace stoker {
 namespace detail {
@@ -27,7 +27,8 @@ MemoryEstimate estimate_memory(const EstimateInputs& in) {
   e.batch_size = in.batch_size;
   e.bytes_per_sample = in.bytes_per_sample;
   e.batch_bytes = in.batch_size * in.bytes_per_sample;
-  e.num_slots = std::max<std::size_t>(in.num_workers, 1) * in.prefetch_factor;
+  // The same geometry the loader's ring is built with (ipc/ring.hpp).
+  e.num_slots = detail::ring_geometry(in.num_workers, in.prefetch_factor, in.recycling, 0).num_slots();
   e.slot_bytes = detail::round_up(
       detail::Ring::payload_start(in.batch_size) + e.batch_bytes + detail::kLayoutBytes,
       detail::kSlotStep);

@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "data/format.hpp"
 #include "os/log.hpp"
 #include "os/nvml.hpp"
 #include "os/posix.hpp"
@@ -22,54 +23,21 @@
 namespace stoker::detail {
 namespace {
 
-// The number after `key` in smaps_rollup's text ("Rss:    1234 kB"), in bytes.
-std::optional<std::uint64_t> rollup_field(const std::string& text, const char* key) {
-  const std::size_t at = text.find(key);
-  if (at == std::string::npos) return std::nullopt;
-  return std::strtoull(text.c_str() + at + std::char_traits<char>::length(key), nullptr, 10) * 1024;
-}
-
 double seconds(std::uint64_t ns) { return static_cast<double>(ns) * 1e-9; }
 
 }  // namespace
 
-std::optional<ProcessMemory> read_process_memory(pid_t pid) {
-  const std::string path =
-      pid == 0 ? std::string("/proc/self/smaps_rollup") : fmt::format("/proc/{}/smaps_rollup", pid);
-  std::string text;
-  if (!posix::read_file(path.c_str(), text)) return std::nullopt;
-  const std::optional<std::uint64_t> rss = rollup_field(text, "\nRss:");
-  const std::optional<std::uint64_t> pss = rollup_field(text, "\nPss:");
-  if (!rss || !pss) return std::nullopt;
-  return ProcessMemory{*rss, *pss, rollup_field(text, "\nPrivate_Dirty:").value_or(0)};
-}
-
-std::optional<CpuTimes> parse_cpu_times(const std::string& proc_stat) {
-  // "cpu  user nice system idle iowait irq softirq steal guest guest_nice"; guest time is
-  // already inside user and nice, so only the first eight count.
-  if (proc_stat.rfind("cpu ", 0) != 0) return std::nullopt;
-  const char* p = proc_stat.c_str() + 4;
-  std::uint64_t v[8] = {};
-  int n = 0;
-  for (; n < 8; ++n) {
-    char* end = nullptr;
-    const unsigned long long x = std::strtoull(p, &end, 10);
-    if (end == p) break;
-    v[n] = x;
-    p = end;
-  }
-  if (n < 5) return std::nullopt;
-  CpuTimes t;
-  for (int i = 0; i < n; ++i) t.total += v[i];
-  t.idle = v[3];
-  t.iowait = v[4];
-  return t;
-}
-
-std::optional<CpuTimes> read_cpu_times() {
-  std::string text;
-  if (!posix::read_file("/proc/stat", text)) return std::nullopt;
-  return parse_cpu_times(text);
+void log_health(const LoaderStats& s) {
+  double busy = 0;
+  for (const WorkerStats& w : s.workers) busy += w.busy_fraction;
+  logger().info(
+      "stoker: epoch {} batch {}: {:.0f} samples/s ({:.0f} recent), {}/s; consumer waited "
+      "{:.0f}%; {} workers {:.0f}% busy; ring {:.0f}% ready; memory {} (tree PSS)",
+      s.epoch, s.batches, s.samples_per_second(), s.recent_samples_per_second,
+      format_bytes(static_cast<std::size_t>(s.bytes_per_second())), 100 * s.wait_fraction(),
+      s.workers.size(),
+      s.workers.empty() ? 0.0 : 100 * busy / static_cast<double>(s.workers.size()),
+      100 * s.ring_occupancy, format_bytes(s.tree_pss_bytes()));
 }
 
 std::string trace_path_for(const std::string& option, std::optional<std::size_t> rank) {

@@ -15,27 +15,10 @@
 #include <vector>
 
 #include "ipc/ring.hpp"
+#include "os/proc.hpp"
 #include "stoker/stats.hpp"
 
 namespace stoker::detail {
-
-// A process's memory from /proc/<pid>/smaps_rollup; nullopt when it cannot be read.
-struct ProcessMemory {
-  std::uint64_t rss_bytes = 0;
-  std::uint64_t pss_bytes = 0;
-  std::uint64_t private_dirty_bytes = 0;  // pages only this process has written
-};
-std::optional<ProcessMemory> read_process_memory(pid_t pid);  // 0: this process
-
-// Whole-machine CPU time from /proc/stat's first line, in clock ticks.
-struct CpuTimes {
-  std::uint64_t total = 0;
-  std::uint64_t idle = 0;  // idle, without iowait
-  std::uint64_t iowait = 0;
-};
-std::optional<CpuTimes> read_cpu_times();
-// Parses /proc/stat's text (for tests).
-std::optional<CpuTimes> parse_cpu_times(const std::string& proc_stat);
 
 // One event of a Chrome trace, kept compact until it is written.
 struct TraceEvent {
@@ -61,6 +44,9 @@ bool write_trace(const std::string& path, const std::vector<TraceEvent>& events)
 // several ranks, ".rank<r>" goes before the extension so that ranks do not share a file.
 // Empty: no trace.
 std::string trace_path_for(const std::string& option, std::optional<std::size_t> rank);
+
+// The one-line health summary (LoaderOptions::log_interval), at info level.
+void log_health(const LoaderStats& stats);
 
 class StatsCollector {
  public:

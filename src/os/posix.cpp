@@ -1,5 +1,6 @@
 #include "os/posix.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -136,6 +137,22 @@ pid_t wait_pid(pid_t pid, int* status, int options) noexcept {
     rc = ::waitpid(pid, status, options);
   } while (rc < 0 && errno == EINTR);
   return rc;
+}
+
+pid_t self_pid() noexcept { return ::getpid(); }
+pid_t self_tid() noexcept { return ::gettid(); }
+pid_t parent_pid() noexcept { return ::getppid(); }
+
+std::vector<std::string> list_directory(const char* path) {
+  std::vector<std::string> names;
+  DIR* dir = ::opendir(path);
+  if (dir == nullptr) return names;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string_view name = entry->d_name;
+    if (name != "." && name != "..") names.emplace_back(name);
+  }
+  ::closedir(dir);
+  return names;
 }
 
 bool read_file(const char* path, std::string& out) noexcept {

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace stoker::detail::posix {
 
@@ -70,6 +71,13 @@ int make_pipe(int fds[2]) noexcept;   // close-on-exec
 // poll(); an EINTR is reported as 0 ready descriptors so callers recompute their deadline.
 int poll_fds(pollfd* fds, std::size_t count, int timeout_ms) noexcept;
 pid_t wait_pid(pid_t pid, int* status, int options) noexcept;  // retries EINTR
+
+pid_t self_pid() noexcept;
+pid_t self_tid() noexcept;
+pid_t parent_pid() noexcept;
+
+// The names in a directory, without "." and ".."; empty when it cannot be read.
+std::vector<std::string> list_directory(const char* path);
 
 // Reads a small file (procfs, sysfs) whole. False, with errno set, when it cannot be read.
 bool read_file(const char* path, std::string& out) noexcept;

@@ -11,7 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include "os/cgroup.hpp"
-#include "loader/crash_report.hpp"
+#include "data/error_text.hpp"
 #include "os/posix.hpp"
 #include "support/clean_state.hpp"
 #include "support/datasets.hpp"

@@ -10,7 +10,9 @@
 #include <catch2/catch.hpp>
 
 #include "os/cgroup.hpp"
-#include "loader/crash_report.hpp"
+#include "data/error_text.hpp"
+#include "loader/fault_report.hpp"
+#include "os/proc.hpp"
 #include "support/fake_root.hpp"
 
 using namespace stoker::detail;
@@ -88,7 +90,7 @@ TEST_CASE("a SIGKILL is blamed on the OOM killer only when its counter rose", "[
 TEST_CASE("MemAvailable is read from meminfo in bytes", "[cgroup]") {
   FakeRoot fake;
   fake.write("/proc/meminfo", "MemTotal:       24683624 kB\nMemAvailable:   1000 kB\n");
-  REQUIRE(mem_available_bytes(fake.root) == std::optional<std::uint64_t>(1024000));
+  REQUIRE(read_meminfo("MemAvailable", fake.root) == std::optional<std::uint64_t>(1024000));
   REQUIRE_THAT(sigbus_cause(64 << 20, 1024000), Catch::Contains("the batch ring holds 64.0 MiB") &&
                                                     Catch::Contains("1000.0 KiB available"));
 }

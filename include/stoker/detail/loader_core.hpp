@@ -86,6 +86,8 @@ class LoaderCore {
   LoaderCore& operator=(const LoaderCore&) = delete;
 
   const LoaderOptions& options() const noexcept;
+  // The worker count the loader runs (kAuto resolved, at the first call if needed).
+  std::size_t num_workers();
   std::size_t num_batches() const;
   void set_epoch(std::uint64_t epoch) noexcept;
   std::uint64_t epoch() const noexcept;

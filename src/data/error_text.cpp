@@ -1,4 +1,4 @@
-#include "loader/crash_report.hpp"
+#include "data/error_text.hpp"
 
 #include <cxxabi.h>
 #include <csignal>
@@ -9,8 +9,6 @@
 
 #include <fmt/format.h>
 
-#include "data/format.hpp"
-#include "os/posix.hpp"
 
 namespace stoker::detail {
 namespace {
@@ -99,46 +97,6 @@ std::string describe_timeout(const LoaderTimeout::Details& d) {
       "{}{}; the workers were stopped. If loading is merely slow, raise timeout; if get() "
       "hangs, find where (num_workers = 0 under a debugger)",
       d.timeout.count(), d.waited.count(), who, d.batch, doing);
-}
-
-std::string sigkill_cause(const std::optional<OomCount>& before,
-                          const std::optional<OomCount>& after, const std::string& estimate) {
-  if (before && after && after->kills > before->kills) {
-    return fmt::format(
-        "the kernel's OOM killer killed it (oom_kill in {} rose from {} to {}): the loader's "
-        "processes needed more memory than the limit allows. Peak memory is about "
-        "(num_workers + 1) x batch_size x bytes per sample{}: lower num_workers or batch_size",
-        after->source, before->kills, after->kills,
-        estimate.empty() ? std::string() : fmt::format(" ({})", estimate));
-  }
-  if (before && after) {
-    return fmt::format(
-        "another process sent it SIGKILL; not the OOM killer (oom_kill in {} stayed at {})",
-        after->source, after->kills);
-  }
-  return likely_cause(SIGKILL, -1);
-}
-
-std::string sigbus_cause(std::size_t ring_committed, std::optional<std::uint64_t> mem_available) {
-  const std::string available =
-      mem_available ? format_bytes(static_cast<std::size_t>(*mem_available)) : "unknown";
-  return fmt::format(
-      "a memory access could not be backed: shared memory is exhausted (the batch ring holds {}, "
-      "the system has {} available) or a memory-mapped file the dataset reads was truncated; "
-      "free memory or lower batch_size, num_workers or prefetch_factor",
-      format_bytes(ring_committed), available);
-}
-
-std::optional<std::uint64_t> mem_available_bytes(const std::string& root) {
-  std::string text;
-  if (!posix::read_file((root + "/proc/meminfo").c_str(), text)) return std::nullopt;
-  // "MemAvailable:   23776912 kB"
-  const std::size_t at = text.find("MemAvailable:");
-  if (at == std::string::npos) return std::nullopt;
-  char* end = nullptr;
-  const unsigned long long kb = std::strtoull(text.c_str() + at + 13, &end, 10);
-  if (end == text.c_str() + at + 13) return std::nullopt;
-  return static_cast<std::uint64_t>(kb) * 1024;
 }
 
 CaughtException describe_current_exception() noexcept {

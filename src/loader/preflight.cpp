@@ -1,0 +1,213 @@
+#include "loader/preflight.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "data/format.hpp"
+#include "ipc/worker.hpp"
+#include "os/log.hpp"
+#include "datasets/launch.hpp"
+#include "stoker/pinned_allocator.hpp"
+
+namespace stoker::detail {
+namespace {
+
+// How long the sample-size probe may load its few samples before it is killed.
+constexpr std::chrono::seconds kProbeTimeout{10};
+
+}  // namespace
+
+Preflight::Preflight(const LoaderOptions& options, bool iterable, DatasetProbe probe)
+    : options_(options), iterable_(iterable), probe_(std::move(probe)) {
+  if (options_.num_workers != kAuto) {
+    resolved_ = resolve_options(options_, static_cast<std::size_t>(options_.num_workers),
+                                iterable_);
+  }
+}
+
+// kProbeTimeout, or half of LoaderOptions::timeout when that is shorter, so a get() that hangs
+// still ends in LoaderTimeout about `timeout` after begin() (the probe's half, then the
+// worker's wait), not seconds later.
+std::chrono::milliseconds Preflight::probe_timeout() const {
+  using std::chrono::milliseconds;
+  const milliseconds cap = kProbeTimeout;
+  if (options_.timeout.count() <= 0) return cap;
+  return std::clamp(std::chrono::duration_cast<milliseconds>(options_.timeout) / 2,
+                    milliseconds{1}, cap);
+}
+
+std::optional<std::size_t> Preflight::sample_bytes() {
+  if (options_.sample_bytes > 0) return options_.sample_bytes;
+  if (!measured_sample_bytes_ && probe_.sample_bytes && !probe_failed_) {
+    // In a child process: get() may keep state, count calls or expect a worker around it.
+    const std::size_t workers = resolved_ ? resolved_->num_workers : 0;
+    const ProbeResult probe = run_probe_in_child(probe_.sample_bytes, workers, probe_timeout());
+    measured_sample_bytes_ = probe.largest;
+    measured_worker_base_ = probe.private_bytes;
+    probe_failed_ = !probe.largest;
+    try {
+      if (!probe.largest) {
+        logger().warn(
+            "stoker: could not measure the bytes per sample (the first get() threw, crashed "
+            "or took over {} ms in a probe process), so the loader's memory is not checked; "
+            "give LoaderOptions::sample_bytes to check it",
+            probe_timeout().count());
+      } else if (!probe.complete) {
+        logger().warn(
+            "stoker: measured only some of the probe samples ({} bytes the largest; a later "
+            "get() threw, crashed or took over {} ms in total); give "
+            "LoaderOptions::sample_bytes if samples can be larger",
+            *probe.largest, probe_timeout().count());
+      }
+    } catch (...) {
+    }
+  }
+  return measured_sample_bytes_;
+}
+
+const ResolvedOptions& Preflight::resolve() {
+  if (resolved_) return *resolved_;
+  // kAuto: the recommendation for one worker's memory on this machine.
+  const std::optional<std::size_t> bytes = sample_bytes();
+  const MemoryEstimate one = estimate(1, options_.batch_size, bytes.value_or(0));
+  const WorkerRecommendation r = recommend_num_workers(
+      probe_system(), one.worker_private_bytes + options_.prefetch_factor * one.slot_bytes,
+      options_.memory_fraction, detect_launch_quietly().local_world_size);
+  resolved_ = resolve_options(options_, r.num_workers, iterable_);
+  try {
+    logger().info("stoker: num_workers = kAuto chose {}: {}", r.num_workers, r.reason);
+  } catch (...) {
+  }
+  return *resolved_;
+}
+
+MemoryEstimate Preflight::estimate(std::size_t workers, std::size_t batch,
+                                   std::size_t bytes) const {
+  EstimateInputs in;
+  in.num_workers = workers;
+  in.prefetch_factor = options_.prefetch_factor;
+  in.batch_size = batch;
+  in.bytes_per_sample = bytes;
+  in.streaming =
+      !options_.collate && options_.on_sample_error != OnSampleError::kSkip && !iterable_;
+  in.cache_bytes = probe_.cache_bytes;
+  in.worker_base_bytes = measured_worker_base_;
+  in.recycling = options_.max_batches_per_worker > 0;
+  if (options_.pin_memory && options_.pin_mode == PinMode::kCopy && bytes > 0) {
+    // The staging blocks: the batch the consumer holds and the next one being copied, each
+    // its samples, their indices and up to 64 bytes of alignment per field.
+    constexpr std::size_t kFieldAlignmentSlack = 64 * 16;  // 16 fields
+    in.pinned_bytes = 2 * PinnedAllocator::size_class(batch * (bytes + sizeof(std::size_t)) +
+                                                      kFieldAlignmentSlack);
+  }
+  return estimate_memory(in);
+}
+
+MemoryEstimate Preflight::estimate() {
+  const ResolvedOptions& r = resolve();
+  return estimate(r.num_workers, options_.batch_size, sample_bytes().value_or(0));
+}
+
+void Preflight::check() {
+  if (checked_) return;
+  const ResolvedOptions& r = resolve();
+  const std::optional<std::size_t> bytes = sample_bytes();
+  if (bytes && options_.check_memory) {
+    check_memory(*bytes, options_.memory_limit ? SystemInfo{} : probe_system());
+  }
+  if (bytes && r.pinning != Pinning::kNone) check_pinned(*bytes);
+  checked_ = true;
+}
+
+// Refuses, before forking, a loader whose locked memory would pass the pinned allocator's
+// budget (the ring itself for kRegister, the staging blocks for kCopy).
+void Preflight::check_pinned(std::size_t bytes) {
+  const ResolvedOptions& r = *resolved_;
+  const MemoryEstimate e = estimate(r.num_workers, options_.batch_size, bytes);
+  const bool ring = r.pinning == Pinning::kRegister;
+  const std::size_t locked = ring ? e.ring_bytes : e.pinned_bytes;
+  const PinnedStats now = r.allocator->stats();
+  // Cached blocks count as free: the allocator releases them when it needs the room.
+  const std::size_t free = now.budget_bytes - std::min(now.budget_bytes, now.in_use_bytes);
+  if (locked <= free) return;
+  throw PinnedMemoryError(
+      fmt::format(
+          "DataLoader: pin_memory would lock about {} ({}) but the pinned allocator "
+          "has {} of its {} budget left (backend {}). Lower batch_size, num_workers or "
+          "prefetch_factor{}, raise the budget (PinnedOptions::budget_bytes, and "
+          "`ulimit -l` for mlock), or set pin_memory = false",
+          format_bytes(locked),
+          ring ? fmt::format("the ring: {} slots x {}", e.num_slots, format_bytes(e.slot_bytes))
+               : std::string("two staging blocks of a batch"),
+          format_bytes(free), format_bytes(now.budget_bytes), to_string(now.backend),
+          ring ? ", or use pin_mode = kCopy (locks two batches, not the ring)" : ""),
+      locked, now.budget_bytes, now.in_use_bytes + now.cached_bytes);
+}
+
+void Preflight::check_memory(std::size_t bytes, const SystemInfo& system) {
+  const std::size_t num_workers = resolved_->num_workers;
+  std::uint64_t allowed = 0;
+  std::string limit;
+  if (options_.memory_limit) {
+    allowed = *options_.memory_limit;
+    limit = "LoaderOptions::memory_limit";
+  } else {
+    const std::optional<std::uint64_t> usable = system.usable_memory();
+    if (!usable) return;  // nothing to check against
+    allowed = static_cast<std::uint64_t>(static_cast<double>(*usable) * options_.memory_fraction);
+    const bool cgroup = system.cgroup_limit.value &&
+                        (!system.mem_available.value ||
+                         *system.cgroup_limit.value - system.cgroup_usage.value.value_or(0) <
+                             *system.mem_available.value);
+    limit = fmt::format("{:.3g}% (LoaderOptions::memory_fraction) of the {} free {}",
+                        options_.memory_fraction * 100, format_bytes(*usable),
+                        cgroup ? "under the memory cgroup's limit (" +
+                                     system.cgroup_limit.source + ")"
+                               : "by MemAvailable");
+  }
+  const MemoryEstimate e = estimate(num_workers, options_.batch_size, bytes);
+  if (e.loader_bytes <= allowed) return;
+  auto fits = [&](std::size_t w, std::size_t b) {
+    return estimate(w, b, bytes).loader_bytes <= allowed;
+  };
+  std::string advice;
+  std::optional<std::size_t> fitting_workers;
+  std::optional<std::size_t> fitting_batch;
+  for (std::size_t w = num_workers; w-- > 0;) {
+    if (fits(w, options_.batch_size)) {
+      advice = fmt::format("num_workers={} (with batch_size={})", w, options_.batch_size);
+      fitting_workers = w;
+      break;
+    }
+  }
+  std::size_t low = 0;  // largest batch size that fits, by bisection
+  std::size_t high = options_.batch_size;
+  while (high - low > 1) {
+    const std::size_t mid = low + (high - low) / 2;
+    (fits(num_workers, mid) ? low : high) = mid;
+  }
+  if (low > 0) {
+    advice += fmt::format("{}batch_size={} (with num_workers={})", advice.empty() ? "" : " or ",
+                          low, num_workers);
+    fitting_batch = low;
+  }
+  advice = advice.empty() ? "No smaller num_workers or batch_size would fit either: free "
+                            "memory or raise the limit first."
+                          : advice + " would fit.";
+  throw MemoryBudgetError(
+      fmt::format(
+          "DataLoader: not enough memory: this loader needs about {} (a ring of {} slots x {} "
+          "= {}, {} workers x {}{}{}) but may use {}: {}. {} (LoaderOptions::"
+          "check_memory = false skips this check.)",
+          format_bytes(e.loader_bytes), e.num_slots, format_bytes(e.slot_bytes),
+          format_bytes(e.ring_bytes), e.num_workers, format_bytes(e.worker_private_bytes),
+          e.cache_bytes > 0 ? fmt::format(", a sample cache of {}", format_bytes(e.cache_bytes))
+                            : std::string(),
+          e.pinned_bytes > 0 ? fmt::format(", {} pinned", format_bytes(e.pinned_bytes))
+                             : std::string(),
+          format_bytes(allowed), limit, advice),
+      e, allowed, fitting_workers, fitting_batch);
+}
+
+}  // namespace stoker::detail

@@ -1,0 +1,55 @@
+// Preflight: what a loader settles before it forks anything, once. It measures the bytes per
+// sample (a short-lived probe process loads a few samples, unless LoaderOptions::sample_bytes
+// gives them), resolves num_workers = kAuto into ResolvedOptions, and refuses a loader whose
+// estimate passes the memory it may use (MemoryBudgetError) or whose locked memory passes the
+// pinned allocator's budget (PinnedMemoryError), naming settings that would fit. Main process.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+
+#include "loader/resolved_options.hpp"
+#include "stoker/detail/loader_core.hpp"
+#include "stoker/memory.hpp"
+#include "stoker/options.hpp"
+
+namespace stoker::detail {
+
+class Preflight {
+ public:
+  // `options` must outlive the Preflight (LoaderCore owns both).
+  Preflight(const LoaderOptions& options, bool iterable, DatasetProbe probe);
+
+  // The options the engine runs on, resolved at the first call: for kAuto that measures the
+  // samples and probes the system. Never throws MemoryBudgetError; throws what the pinned
+  // allocator's creation throws.
+  const ResolvedOptions& resolve();
+  bool is_resolved() const noexcept { return resolved_.has_value(); }
+  // Before the first epoch forks: the memory and pinned checks, until one passes (a failure
+  // is thrown again by the next begin()). Throws MemoryBudgetError or PinnedMemoryError.
+  void check();
+  // The estimate of the resolved loader (resolving it first).
+  MemoryEstimate estimate();
+  // The estimate for another worker count or batch size, with this loader's other options.
+  MemoryEstimate estimate(std::size_t workers, std::size_t batch, std::size_t bytes) const;
+  // Bytes per sample: given, or measured once by the probe; empty when it cannot be known.
+  std::optional<std::size_t> sample_bytes();
+  std::size_t cache_bytes() const noexcept { return probe_.cache_bytes; }
+
+ private:
+  std::chrono::milliseconds probe_timeout() const;
+  void check_memory(std::size_t bytes, const SystemInfo& system);
+  void check_pinned(std::size_t bytes);
+
+  const LoaderOptions& options_;
+  bool iterable_;
+  DatasetProbe probe_;
+  std::optional<ResolvedOptions> resolved_;
+  std::optional<std::size_t> measured_sample_bytes_;
+  std::optional<std::size_t> measured_worker_base_;  // the probe process's private memory
+  bool probe_failed_ = false;
+  bool checked_ = false;
+};
+
+}  // namespace stoker::detail

@@ -1,0 +1,41 @@
+// ResolvedOptions: what the engine runs on, computed once from the user's LoaderOptions, which
+// the loader never edits (DataLoader::options() returns them as given): the worker count with
+// kAuto resolved, the ring's geometry (the spare channel of max_batches_per_worker included), one
+// Pinning mode, the pinned allocator to use, and the small facts every part asks about. The ring,
+// the memory estimate and the workers all read it, so they agree. Main process only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "ipc/ring.hpp"
+#include "stoker/options.hpp"
+#include "stoker/pinned_allocator.hpp"
+
+namespace stoker::detail {
+
+// How delivered batches are made page-locked (LoaderOptions::pin_memory and pin_mode).
+enum class Pinning : std::uint8_t {
+  kNone,
+  kRegister,  // the ring's slots are locked in place as batches first use them
+  kCopy,      // each batch is copied into a pinned staging block
+};
+
+struct ResolvedOptions {
+  std::size_t num_workers = 0;  // kAuto resolved
+  bool iterable = false;        // the dataset is a stream (next()), not size() and get(i)
+  bool ordered = true;          // deliver in batch order: in_order, or loading in-process
+  bool skip_samples = false;    // OnSampleError::kSkip
+  bool recycling = false;       // max_batches_per_worker > 0 with workers: a spare channel
+  RingGeometry geometry;
+  Pinning pinning = Pinning::kNone;
+  std::shared_ptr<PinnedAllocator> allocator;  // non-null unless pinning is kNone
+};
+
+// `num_workers` is the user's count, or what kAuto chose. Throws what PinnedAllocator::global()
+// throws when pin_memory asks for the global allocator.
+ResolvedOptions resolve_options(const LoaderOptions& options, std::size_t num_workers,
+                                bool iterable);
+
+}  // namespace stoker::detail

@@ -1,0 +1,129 @@
+#include "os/proc.hpp"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "os/posix.hpp"
+
+namespace stoker::detail {
+namespace {
+
+std::string proc_file(pid_t pid, std::string_view leaf) {
+  return pid == 0 ? fmt::format("/proc/self/{}", leaf) : fmt::format("/proc/{}/{}", pid, leaf);
+}
+
+// The unsigned number at the start of `text` (after blanks); nullopt when there is none.
+std::optional<std::uint64_t> leading_number(std::string_view text) {
+  std::size_t at = 0;
+  while (at < text.size() && (text[at] == ' ' || text[at] == '\t')) ++at;
+  std::uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data() + at, text.data() + text.size(), value);
+  if (ec != std::errc() || end == text.data() + at) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+std::optional<std::uint64_t> parse_kb_field(std::string_view text, std::string_view key) {
+  for (std::size_t at = text.find(key); at != std::string_view::npos;
+       at = text.find(key, at + 1)) {
+    const std::size_t after = at + key.size();
+    if ((at != 0 && text[at - 1] != '\n') || after >= text.size() || text[after] != ':') continue;
+    const std::optional<std::uint64_t> kb = leading_number(text.substr(after + 1));
+    if (!kb || *kb > (~std::uint64_t{0} >> 10)) return std::nullopt;
+    return *kb * 1024;
+  }
+  return std::nullopt;
+}
+
+std::optional<ProcessMemory> parse_process_memory(std::string_view text) {
+  const std::optional<std::uint64_t> rss = parse_kb_field(text, "Rss");
+  const std::optional<std::uint64_t> pss = parse_kb_field(text, "Pss");
+  if (!rss || !pss) return std::nullopt;
+  return ProcessMemory{*rss, *pss, parse_kb_field(text, "Private_Dirty").value_or(0)};
+}
+
+std::optional<ProcessMemory> read_process_memory(pid_t pid) {
+  std::string text;
+  if (!posix::read_file(proc_file(pid, "smaps_rollup").c_str(), text)) return std::nullopt;
+  return parse_process_memory(text);
+}
+
+std::optional<CpuTimes> parse_cpu_times(std::string_view text) {
+  // "cpu  user nice system idle iowait irq softirq steal guest guest_nice"; guest time is
+  // already inside user and nice, so only the first eight count.
+  if (text.substr(0, 4) != "cpu ") return std::nullopt;
+  text.remove_prefix(4);
+  std::uint64_t v[8] = {};
+  int n = 0;
+  for (; n < 8; ++n) {
+    std::size_t at = 0;
+    while (at < text.size() && text[at] == ' ') ++at;
+    const auto [end, ec] = std::from_chars(text.data() + at, text.data() + text.size(), v[n]);
+    if (ec != std::errc() || end == text.data() + at) break;
+    text.remove_prefix(static_cast<std::size_t>(end - text.data()));
+  }
+  if (n < 5) return std::nullopt;
+  CpuTimes t;
+  for (int i = 0; i < n; ++i) t.total += v[i];
+  t.idle = v[3];
+  t.iowait = v[4];
+  return t;
+}
+
+std::optional<CpuTimes> read_cpu_times() {
+  std::string text;
+  if (!posix::read_file("/proc/stat", text)) return std::nullopt;
+  return parse_cpu_times(text);
+}
+
+std::optional<std::uint64_t> read_meminfo(std::string_view key, const std::string& root) {
+  std::string text;
+  if (!posix::read_file((root + "/proc/meminfo").c_str(), text)) return std::nullopt;
+  return parse_kb_field(text, key);
+}
+
+std::size_t count_threads(pid_t pid) noexcept {
+  try {
+    std::string text;
+    if (!posix::read_file(proc_file(pid, "stat").c_str(), text)) return 0;
+    const std::size_t close = text.rfind(')');
+    if (close == std::string::npos) return 0;
+    // Fields after "(comm)": state is field 3, num_threads is field 20.
+    std::size_t pos = close + 2;
+    for (int field = 3; field < 20; ++field) {
+      pos = text.find(' ', pos);
+      if (pos == std::string::npos) return 0;
+      ++pos;
+    }
+    return static_cast<std::size_t>(leading_number(std::string_view(text).substr(pos)).value_or(0));
+  } catch (...) {
+    return 0;
+  }
+}
+
+std::vector<pid_t> process_tree(pid_t pid) {
+  std::vector<pid_t> out{pid};
+  for (std::size_t next = 0; next < out.size(); ++next) {
+    const std::string task_dir = fmt::format("/proc/{}/task", out[next]);
+    for (const std::string& tid : posix::list_directory(task_dir.c_str())) {
+      std::string children;
+      if (!posix::read_file((task_dir + "/" + tid + "/children").c_str(), children)) continue;
+      std::string_view rest = children;
+      while (const std::optional<std::uint64_t> child = leading_number(rest)) {
+        out.push_back(static_cast<pid_t>(*child));
+        const std::size_t space = rest.find_first_not_of("0123456789", rest.find_first_of("0123456789"));
+        if (space == std::string_view::npos) break;
+        rest.remove_prefix(space);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace stoker::detail

@@ -1,0 +1,49 @@
+// The one module that reads /proc: a process's memory (smaps_rollup), the machine's CPU time
+// (/proc/stat), /proc/meminfo values, a process's thread count, and a process tree (each
+// thread's `children`). Used by the library and by stoker-tune. The parse_* functions take the
+// text (for tests); the read_* functions read the file and never throw for a missing or
+// unreadable one (nullopt / empty instead). Either process.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace stoker::detail {
+
+// A process's memory from /proc/<pid>/smaps_rollup.
+struct ProcessMemory {
+  std::uint64_t rss_bytes = 0;
+  std::uint64_t pss_bytes = 0;
+  std::uint64_t private_dirty_bytes = 0;  // pages only this process has written
+};
+std::optional<ProcessMemory> parse_process_memory(std::string_view smaps_rollup);
+std::optional<ProcessMemory> read_process_memory(pid_t pid);  // 0: this process
+
+// Whole-machine CPU time from /proc/stat's first line, in clock ticks.
+struct CpuTimes {
+  std::uint64_t total = 0;
+  std::uint64_t idle = 0;  // idle, without iowait
+  std::uint64_t iowait = 0;
+};
+std::optional<CpuTimes> parse_cpu_times(std::string_view proc_stat);
+std::optional<CpuTimes> read_cpu_times();
+
+// A "Key:   123 kB" line of /proc/meminfo (or smaps, status...), in bytes.
+std::optional<std::uint64_t> parse_kb_field(std::string_view text, std::string_view key);
+// /proc/meminfo's `key` under `root` ("" for this machine; a fake tree in tests), in bytes.
+std::optional<std::uint64_t> read_meminfo(std::string_view key, const std::string& root = "");
+
+// Threads of process `pid` (0: this one), from /proc/<pid>/stat; 0 when unknown.
+std::size_t count_threads(pid_t pid = 0) noexcept;
+
+// `pid` and every descendant (a child forked from any thread of a process is listed under
+// that thread's /proc/<pid>/task/<tid>/children), parents before children.
+std::vector<pid_t> process_tree(pid_t pid);
+
+}  // namespace stoker::detail
