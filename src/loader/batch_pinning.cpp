@@ -24,9 +24,9 @@ bool BatchPinning::pin_slot(RingHandle& shared, std::size_t s,
   try {
     const Ring& ring = *shared.ring;
     if (shared.pins.empty()) shared.pins.resize(ring.num_slots());
-    const std::size_t committed = std::min(
-        round_up(ring.header(s).committed.load(std::memory_order_relaxed), kPageSize),
-        ring.slot_bytes());
+    const std::size_t committed =
+        std::min(round_up(ring.header(s).committed.load(std::memory_order_relaxed), kPageSize),
+                 ring.slot_bytes());
     PinnedRange& range = shared.pins[s];
     if (committed <= range.size()) return true;
     range = PinnedRange();

@@ -63,8 +63,8 @@ std::size_t ring_committed_bytes(const Ring& ring) noexcept {
 std::string observed_rule_of_thumb(const Ring& ring, std::size_t num_workers) {
   std::size_t largest = 0;
   for (std::size_t s = 0; s < ring.num_slots(); ++s) {
-    largest = std::max<std::size_t>(largest,
-                                    ring.header(s).committed.load(std::memory_order_relaxed));
+    largest =
+        std::max<std::size_t>(largest, ring.header(s).committed.load(std::memory_order_relaxed));
   }
   if (largest <= kSlotHeaderBytes) return {};
   return fmt::format("for this loader ({} + 1) x {} per batch = {}; its batch ring holds {}",
@@ -139,11 +139,11 @@ LoaderTimeout::Details timeout_details(std::chrono::milliseconds timeout,
 
 std::string held_message(std::size_t held, std::size_t num_slots, std::size_t num_workers,
                          std::size_t prefetch_factor) {
-  const std::string layout =
-      num_workers == 0 ? fmt::format("{} slots: prefetch_factor={}, loading in-process", num_slots,
-                                     prefetch_factor)
-                       : fmt::format("{} slots per worker: prefetch_factor={}", prefetch_factor,
-                                     prefetch_factor);
+  const std::string layout = num_workers == 0
+                                 ? fmt::format("{} slots: prefetch_factor={}, loading in-process",
+                                               num_slots, prefetch_factor)
+                                 : fmt::format("{} slots per worker: prefetch_factor={}",
+                                               prefetch_factor, prefetch_factor);
   return fmt::format(
       "DataLoader: the next batch needs a slot, but the program still holds {} batches and "
       "every slot that could carry the next one is among them ({}). A Batch is a view into "

@@ -49,8 +49,10 @@ LoaderState parse_state(std::string_view text) {
       fields >> r.skipped;
     } else if (key == "done") {
       for (std::size_t k; fields >> k;) r.extra_done.push_back(k);
-      if (!fields.eof()) fields.setstate(std::ios::failbit);  // something that is not a number
-      else fields.clear();
+      if (!fields.eof())
+        fields.setstate(std::ios::failbit);  // something that is not a number
+      else
+        fields.clear();
     }
     if (fields.fail()) {
       throw std::invalid_argument(

@@ -28,7 +28,8 @@ MemoryEstimate estimate_memory(const EstimateInputs& in) {
   e.bytes_per_sample = in.bytes_per_sample;
   e.batch_bytes = in.batch_size * in.bytes_per_sample;
   // The same geometry the loader's ring is built with (ipc/ring.hpp).
-  e.num_slots = detail::ring_geometry(in.num_workers, in.prefetch_factor, in.recycling, 0).num_slots();
+  e.num_slots =
+      detail::ring_geometry(in.num_workers, in.prefetch_factor, in.recycling, 0).num_slots();
   e.slot_bytes = detail::round_up(
       detail::Ring::payload_start(in.batch_size) + e.batch_bytes + detail::kLayoutBytes,
       detail::kSlotStep);

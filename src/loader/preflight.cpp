@@ -5,9 +5,9 @@
 #include <fmt/format.h>
 
 #include "data/format.hpp"
+#include "datasets/launch.hpp"
 #include "ipc/worker.hpp"
 #include "os/log.hpp"
-#include "datasets/launch.hpp"
 #include "stoker/pinned_allocator.hpp"
 
 namespace stoker::detail {
@@ -21,8 +21,8 @@ constexpr std::chrono::seconds kProbeTimeout{10};
 Preflight::Preflight(const LoaderOptions& options, bool iterable, DatasetProbe probe)
     : options_(options), iterable_(iterable), probe_(std::move(probe)) {
   if (options_.num_workers != kAuto) {
-    resolved_ = resolve_options(options_, static_cast<std::size_t>(options_.num_workers),
-                                iterable_);
+    resolved_ =
+        resolve_options(options_, static_cast<std::size_t>(options_.num_workers), iterable_);
   }
 }
 
@@ -33,8 +33,8 @@ std::chrono::milliseconds Preflight::probe_timeout() const {
   using std::chrono::milliseconds;
   const milliseconds cap = kProbeTimeout;
   if (options_.timeout.count() <= 0) return cap;
-  return std::clamp(std::chrono::duration_cast<milliseconds>(options_.timeout) / 2,
-                    milliseconds{1}, cap);
+  return std::clamp(std::chrono::duration_cast<milliseconds>(options_.timeout) / 2, milliseconds{1},
+                    cap);
 }
 
 std::optional<std::size_t> Preflight::sample_bytes() {
@@ -160,11 +160,11 @@ void Preflight::check_memory(std::size_t bytes, const SystemInfo& system) {
                         (!system.mem_available.value ||
                          *system.cgroup_limit.value - system.cgroup_usage.value.value_or(0) <
                              *system.mem_available.value);
-    limit = fmt::format("{:.3g}% (LoaderOptions::memory_fraction) of the {} free {}",
-                        options_.memory_fraction * 100, format_bytes(*usable),
-                        cgroup ? "under the memory cgroup's limit (" +
-                                     system.cgroup_limit.source + ")"
-                               : "by MemAvailable");
+    limit =
+        fmt::format("{:.3g}% (LoaderOptions::memory_fraction) of the {} free {}",
+                    options_.memory_fraction * 100, format_bytes(*usable),
+                    cgroup ? "under the memory cgroup's limit (" + system.cgroup_limit.source + ")"
+                           : "by MemAvailable");
   }
   const MemoryEstimate e = estimate(num_workers, options_.batch_size, bytes);
   if (e.loader_bytes <= allowed) return;

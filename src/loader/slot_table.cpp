@@ -78,8 +78,7 @@ void SlotTable::drop_ready_unless(const std::function<bool(std::uint64_t)>& live
   }
 }
 
-std::vector<std::pair<std::uint64_t, std::uint64_t>> SlotTable::take_issued(
-    std::size_t c) {
+std::vector<std::pair<std::uint64_t, std::uint64_t>> SlotTable::take_issued(std::size_t c) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> lost;
   const std::size_t first = c * per_channel_;
   for (std::size_t s = first; s < first + per_channel_; ++s) {
@@ -133,10 +132,9 @@ std::size_t SlotTable::count(Phase phase) const noexcept {
 }
 
 std::size_t SlotTable::count_ready(std::uint64_t plan) const noexcept {
-  return static_cast<std::size_t>(
-      std::count_if(slots_.begin(), slots_.end(), [plan](const SlotState& s) {
-        return s.phase == Phase::kReady && s.plan == plan;
-      }));
+  return static_cast<std::size_t>(std::count_if(
+      slots_.begin(), slots_.end(),
+      [plan](const SlotState& s) { return s.phase == Phase::kReady && s.plan == plan; }));
 }
 
 }  // namespace stoker::detail

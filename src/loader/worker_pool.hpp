@@ -115,7 +115,7 @@ class WorkerPool {
   std::vector<ChannelState> channels_;
   // Worker id -> the channel serving it.
   std::vector<std::size_t> position_channel_;
-  std::vector<posix::Fd> task_eventfds_;      // per channel
+  std::vector<posix::Fd> task_eventfds_;       // per channel
   std::vector<std::vector<int>> worker_cpus_;  // bind_workers: per worker id, its core's CPUs
   std::vector<pollfd> wait_fds_;
 };

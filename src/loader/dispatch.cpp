@@ -1,0 +1,164 @@
+// LoaderCore::Impl, dispatch: which batch goes to which worker (INV-ORDER-1 with in_order;
+// the least loaded otherwise), the task written into a free slot, recycling workers under
+// max_batches_per_worker, loading in-process when num_workers == 0, and collecting results.
+
+#include "loader/loader_impl.hpp"
+
+#include <sys/wait.h>
+#include <algorithm>
+#include <cstring>
+
+#include "ipc/worker.hpp"
+#include "os/assert.hpp"
+#include "os/posix.hpp"
+
+namespace stoker::detail {
+
+void LoaderCore::Impl::write_task(std::size_t s, const EpochPlan& plan, std::size_t k) {
+  const std::span<const std::size_t> indices = plan.batch(k);
+  memory->ensure(s, Ring::payload_start(indices.size()));
+  SlotHeader& header = ring().header(s);
+  header.plan = plan.id;
+  header.batch = k;
+  header.epoch = plan.epoch;
+  header.seed = options.seed;
+  header.num_indices = indices.size();
+  header.status = SlotStatus::kEmpty;
+  if (!indices.empty()) std::memcpy(ring().indices(s), indices.data(), indices.size_bytes());
+  slots.issue(s, plan.id, k);
+}
+
+void LoaderCore::Impl::send_task(std::size_t c, std::size_t s, const EpochPlan& plan,
+                                 std::size_t k) {
+  write_task(s, plan, k);
+  ++pool.channel(c).issued;
+  ++pool.channel(c).outstanding;
+  pool.push_task(c, s);
+}
+
+EpochPlan* LoaderCore::Impl::plan_to_issue() {
+  if (current && !current->fully_issued()) return &*current;
+  if (!options.persistent_workers || options.sampler || options.batch_sampler) return nullptr;
+  if (!next) {
+    const std::uint64_t epoch = current ? current->epoch + 1 : next_epoch;
+    if (epoch != next_epoch) return nullptr;  // set_epoch() chose another epoch
+    next = plan_for(epoch, iterable ? 0 : dataset_size());
+  }
+  return next->fully_issued() ? nullptr : &*next;
+}
+
+void LoaderCore::Impl::maybe_recycle(std::size_t p) {
+  if (options.max_batches_per_worker == 0) return;
+  const std::size_t old = pool.channel_of_worker(p);
+  if (pool.channel(old).issued < options.max_batches_per_worker) return;
+  // A retired worker that has finished frees its channel: reap it now rather than at the
+  // next liveness check (one waitpid per retiring worker, only when a recycle is due).
+  bool reaped = false;
+  for (std::size_t c = 0; c < pool.num_channels(); ++c) {
+    if (pool.try_reap_retired(c)) {
+      check_exit(c);
+      reaped = true;
+    }
+  }
+  if (reaped) pool.rebuild_wait_fds();
+  collect();  // a retired worker's last results, before its channel is reset
+  for (std::size_t c = 0; c < pool.num_channels(); ++c) {
+    const ChannelState& channel = pool.channel(c);
+    if (pool.serves_a_worker(c) || channel.running() || channel.outstanding != 0 ||
+        !slots.free_slot(c)) {
+      continue;
+    }
+    pool.spawn_on(c, p);
+    pool.channel(old).retiring = true;
+    pool.request_stop(old, false);
+    ++stats.workers_recycled;
+    return;
+  }
+}
+
+std::optional<std::size_t> LoaderCore::Impl::channel_for(const EpochPlan& plan, std::size_t k) {
+  if (options.in_order) {
+    // INV-ORDER-1: batch k belongs to worker k mod num_workers.
+    const std::size_t p = k % num_workers();
+    maybe_recycle(p);
+    const std::size_t c = pool.channel_of_worker(p);
+    return slots.free_slot(c) ? std::optional<std::size_t>(c) : std::nullopt;
+  }
+  // Whichever worker has a free slot and the least work queued, so a slow worker gets less.
+  std::optional<std::size_t> best;
+  for (std::size_t p = 0; p < num_workers(); ++p) {
+    if (plan.iterable && plan.exhausted[p] != 0) continue;
+    maybe_recycle(p);
+    const std::size_t c = pool.channel_of_worker(p);
+    if (slots.free_slot(c) &&
+        (!best || pool.channel(c).outstanding < pool.channel(*best).outstanding)) {
+      best = c;
+    }
+  }
+  return best;
+}
+
+void LoaderCore::Impl::issue() {
+  if (num_workers() == 0 || pool.running() == 0) return;
+  for (EpochPlan* plan = plan_to_issue(); plan != nullptr; plan = plan_to_issue()) {
+    const std::size_t k = plan->issued;
+    if (!plan->iterable && plan->done[k] != 0) {
+      ++plan->issued;  // delivered before a resume: not loaded again
+      continue;
+    }
+    if (plan->iterable && options.in_order && plan->exhausted[k % num_workers()] != 0) {
+      ++plan->issued;  // a void batch: that worker's stream has ended
+      continue;
+    }
+    const std::optional<std::size_t> c = channel_for(*plan, k);
+    if (!c) return;
+    send_task(*c, *slots.free_slot(*c), *plan, k);
+    if (plan->iterable) plan->last_issued[pool.channel(*c).position] = k + 1;
+    ++plan->issued;
+  }
+}
+
+bool LoaderCore::Impl::load_inline() {
+  EpochPlan& plan = *current;
+  while (!plan.iterable && !plan.fully_issued() && plan.done[plan.issued] != 0) ++plan.issued;
+  if (plan.fully_issued()) return false;
+  const std::optional<std::size_t> s = slots.free_slot(0);
+  if (!s) return false;
+  write_task(*s, plan, plan.issued);
+  ++plan.issued;
+  inline_error = nullptr;
+  load_batch(ring(), *memory, *s, nullptr, produce, resolved().skip_samples,
+             collector.enabled() && inline_stages.next(), &inline_error);
+  inline_stages.record(ring().header(*s));
+  if (collector.enabled() && ring().header(*s).status == SlotStatus::kOk) {
+    collector.on_batch_loaded(0, posix::self_pid(), ring().header(*s));
+  }
+  slots.set_phase(*s, Phase::kIssued, Phase::kReady);
+  return true;
+}
+
+bool LoaderCore::Impl::collect() noexcept {
+  bool any = false;
+  for (std::size_t c = 0; c < pool.num_channels() && num_workers() > 0; ++c) {
+    Channel& channel = ring().channel(c);
+    Message message;
+    while (channel.results.try_pop(message)) {
+      const std::size_t s = message.slot;
+      // A result names a slot of its own channel that main issued (INV-SLOT-1).
+      STOKER_ASSERT(slots.channel_of(s) == c && slots[s].phase == Phase::kIssued,
+                    "INV-SLOT-1: a worker returns only the slots it was given");
+      if (slots.channel_of(s) != c || slots[s].phase != Phase::kIssued) continue;
+      --pool.channel(c).outstanding;
+      const bool live = live_plan(slots[s].plan) != nullptr;
+      slots.set_phase(s, Phase::kIssued, live ? Phase::kReady : Phase::kFree);
+      if (collector.enabled() && live && ring().header(s).status == SlotStatus::kOk) {
+        collector.on_batch_loaded(pool.channel(c).position, pool.channel(c).process.pid(),
+                                  ring().header(s));
+      }
+      any = true;
+    }
+  }
+  return any;
+}
+
+}  // namespace stoker::detail

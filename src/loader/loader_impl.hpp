@@ -1,0 +1,239 @@
+// LoaderCore::Impl: the main process's orchestrator behind DataLoader<D>. It begins epochs,
+// issues batches to the workers (or loads them in-process), collects their results, delivers
+// them in order as zero-copy Batches, and sleeps until something changes. The parts it directs
+// each own one job and one invariant:
+//
+//   Preflight      (preflight.hpp)       kAuto, the sample-size probe, the memory/pinned checks
+//   EpochPlan      (epoch_plan.hpp)      an epoch's batches; INV-ORDER-1
+//   LoaderState    (loader_state.hpp)    DataLoader::state() / load_state()
+//   SlotTable      (slot_table.hpp)      slot phases; INV-SLOT-1, INV-SLOT-2
+//   WorkerPool     (worker_pool.hpp)     worker processes and their channels; INV-QUEUE-2
+//   FaultReport    (fault_report.hpp)    crash, timeout and OOM details
+//   BatchPinning   (batch_pinning.hpp)   page-locked batches
+//   StatsCollector (stats_collector.hpp) stats(), the health line, the trace
+//
+// What the orchestrator keeps is the policy that joins them, in four files:
+//   loader_core.cpp  the epoch (begin, abandon, fail) and the public LoaderCore calls
+//   dispatch.cpp     which batch goes to which worker, recycling, in-process loading, results
+//   delivery.cpp     the fetch loop, delivery of a ready slot, skipped samples, waiting, stats
+//   recovery.cpp     a worker's death (respawn or raise), timeouts, batches held too long
+// Main process only, single-threaded.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ipc/ring.hpp"
+#include "ipc/slot_io.hpp"
+#include "loader/batch_pinning.hpp"
+#include "loader/epoch_plan.hpp"
+#include "loader/fault_report.hpp"
+#include "loader/loader_state.hpp"
+#include "loader/preflight.hpp"
+#include "loader/resolved_options.hpp"
+#include "loader/ring_lease.hpp"
+#include "loader/slot_table.hpp"
+#include "loader/stats_collector.hpp"
+#include "loader/worker_pool.hpp"
+#include "stoker/data_loader.hpp"
+
+namespace stoker::detail {
+
+struct LoaderCore::Impl {
+  using Clock = std::chrono::steady_clock;
+  using milliseconds = std::chrono::milliseconds;
+  // The consumer polls for a result this long before it sleeps.
+  static constexpr std::chrono::microseconds kMainSpin{10};
+  // Dead workers are looked for at least this often even while results keep arriving.
+  static constexpr milliseconds kLivenessInterval{50};
+  // While the consumer's own batches block progress and another thread might release one.
+  static constexpr milliseconds kHeldWarningInterval{10000};
+
+  const LoaderOptions options;  // as the user gave them; resolved() is what runs
+  std::function<std::size_t()> dataset_size;
+  ProduceFn produce;
+  bool iterable;  // the dataset is a stream (next()), not size() and get(i)
+  Preflight preflight;
+  std::uint64_t next_epoch = 0;
+  std::uint64_t next_plan_id = 1;
+
+  // Created at the first begin() that has batches to load. `shared` is declared before `pool`,
+  // so the workers are stopped before the ring they use is unmapped.
+  std::shared_ptr<RingHandle> shared;
+  std::optional<SlotMemory> memory;  // what this process has pre-faulted of each slot
+  SlotTable slots;
+  WorkerPool pool;
+  std::exception_ptr inline_error;  // num_workers == 0: the failure of the inline batch
+
+  std::optional<EpochPlan> current;
+  std::optional<EpochPlan> next;      // persistent workers: the following epoch, prefetched
+  std::optional<LoaderState> resume;  // what load_state() read, applied by the next epoch
+  Clock::time_point last_liveness_check{};
+  OomWatch oom;
+  std::size_t respawns_this_epoch = 0;
+  std::size_t skipped_this_epoch = 0;
+  LoaderStats stats;  // the epoch's counters; skipped/respawns filled on read
+  Clock::time_point epoch_start{};
+  Clock::time_point epoch_end{};  // set when the epoch's last batch has been delivered
+  StatsCollector collector;       // the rest of stats(), the trace
+  StagePolicy inline_stages;      // num_workers == 0: which batches to time stage by stage
+  BatchPinning pinning;
+  Clock::time_point last_health_log{};
+
+  Impl(LoaderOptions o, std::function<std::size_t()> size, ProduceFn p, DatasetProbe dp);
+
+  ~Impl() { pool.stop_all(&slots); }
+
+  const ResolvedOptions& resolved() { return preflight.resolve(); }
+  // Only once the ring exists (after resolution).
+  std::size_t num_workers() const noexcept { return pool.num_workers(); }
+  const Ring& ring() const noexcept { return *shared->ring; }
+
+  EpochPlan plan_for(std::uint64_t epoch, std::size_t n) {
+    const std::size_t workers = iterable ? resolved().num_workers : 0;
+    return make_plan(options, iterable, workers, next_plan_id++, epoch, n);
+  }
+
+  // Batches of epoch next_epoch. With a sampler that is only known by asking it: the plan is
+  // made then and kept for begin().
+  std::size_t next_num_batches();
+
+  void ensure_ring();
+
+  // ---- the epoch ----
+
+  // The epoch starts only when everything it needs exists: a failure (fork, memory) leaves
+  // next_epoch where it was, so the next begin() runs the same epoch.
+  void begin_epoch();
+
+  // Ends the running epoch early (its iterator went away, or a new epoch starts). Without
+  // persistent workers the workers are stopped; with them, their in-flight batches come back
+  // stale and their slots are freed then.
+  void abandon_current() noexcept;
+
+  // After an error that leaves the workers' state unknown: stop them all.
+  void fail_epoch(milliseconds grace = kStopGrace) noexcept;
+
+  EpochPlan* live_plan(std::uint64_t plan) noexcept {
+    if (current && current->id == plan) return &*current;
+    if (next && next->id == plan) return &*next;
+    return nullptr;
+  }
+
+  void drop_stale_ready() noexcept;
+
+  // ---- issuing ----
+
+  // Main process owns the slot (kFree): write what the loading process needs to know.
+  void write_task(std::size_t s, const EpochPlan& plan, std::size_t k);
+
+  // Issues batch k of `plan` into slot s of channel c (a kFree slot of a running worker).
+  void send_task(std::size_t c, std::size_t s, const EpochPlan& plan, std::size_t k);
+
+  // The plan whose batches are issued next: the current epoch's, then (persistent workers)
+  // the following epoch's, so a new epoch's first batches are ready when it starts. Only when
+  // the order depends on (seed, epoch) alone: a user's sampler is asked at begin(), as its
+  // interface promises, since it may change between epochs.
+  EpochPlan* plan_to_issue();
+
+  // max_batches_per_worker: once worker p has been given its quota, fork its replacement into
+  // the spare channel and let the old worker finish what it has, then exit. Delivery does not
+  // pause: the old worker's batches are already queued and the new one starts loading at once.
+  // The spare must have no worker and nothing being loaded; batches a retired worker left there
+  // (ready or held) stay until delivered and released. When no channel is spare yet, the old
+  // worker goes on until one is.
+  void maybe_recycle(std::size_t p);
+
+  std::optional<std::size_t> channel_for(const EpochPlan& plan, std::size_t k);
+
+  void issue();
+
+  // num_workers == 0: load the next batch here, into a free slot, with the workers' code.
+  bool load_inline();
+
+  // ---- collecting and delivering ----
+
+  // Pops every published result. True when anything came back (a ready batch, or a stale one
+  // whose slot is now free for issue()). Results of workers that have since exited count.
+  bool collect() noexcept;
+
+  // Whether the epoch has delivered everything it will.
+  bool epoch_done() const noexcept;
+
+  // The worker id that loaded slot s (0 in-process).
+  std::size_t loader_of(std::size_t s) const noexcept {
+    return num_workers() == 0 ? 0 : pool.channel(ring().channel_of(s)).position;
+  }
+  const ChannelState* channel_state_of(std::size_t s) const noexcept {
+    return num_workers() == 0 ? nullptr : &pool.channel(ring().channel_of(s));
+  }
+
+  // The batch in slot s, or nullopt when every sample of it was skipped. Throws the batch's
+  // error, or WorkerException once too many samples were skipped.
+  std::optional<Batch> deliver(std::size_t s);
+
+  // Counts a batch's skipped samples; past max_skipped_samples, raises the last one's error.
+  void note_skipped(std::size_t s, std::uint64_t k);
+
+  [[noreturn]] void throw_batch_error(std::size_t s, const ErrorReport& report, std::uint64_t k);
+
+  // ---- faults ----
+
+  // Reaps workers that have exited; a retired worker's exit is expected, any other is a crash
+  // (respawned or raised). `force` checks now; otherwise at most every kLivenessInterval (a
+  // pidfd in the sleep's poll set catches deaths while waiting).
+  void check_workers(bool force);
+
+  // A reaped worker: a retired one that finished is expected; anything else died.
+  void check_exit(std::size_t c);
+
+  // Channel c's worker died. Respawns it when the options allow, else raises.
+  void worker_died(std::size_t c);
+
+  // Forks a replacement on channel c and gives it back the batches the dead worker had not
+  // delivered, in their order; results it had published stay valid.
+  void respawn(std::size_t c);
+
+  [[noreturn]] void timed_out(Clock::duration waited);
+
+  // True when no batch can arrive until the program releases a Batch it holds: every slot
+  // that could carry the next batch is held by the consumer.
+  bool blocked_by_held_batches() const noexcept;
+
+  std::string held_text() const;
+
+  // Every slot that could carry the next batch is held: at once in a single-threaded process
+  // (`waited` empty), else after LoaderOptions::timeout.
+  HeldBatchesTimeout held_timeout(std::optional<Clock::duration> waited) const;
+
+  // ---- waiting ----
+
+  // True when the caller should go round its loop again: a result came back (ready or stale,
+  // either way a slot changed state) or the consumer released a slot.
+  bool progress_possible() noexcept;
+
+  // Sleeps until a worker publishes a result, a slot is released or a worker exits, or the
+  // timeout passes (LoaderTimeout).
+  void wait(Clock::time_point wait_start, bool held_blocked, Clock::time_point& warned_at);
+
+  // ---- fetching ----
+
+  // One fetch, timed for stats.wait_seconds (two clock reads per batch).
+  std::optional<Batch> next_batch();
+
+  // Stats beyond the counters, and the health line when it is due.
+  void after_delivery(Clock::time_point start, std::uint64_t index, std::size_t samples,
+                      std::size_t bytes);
+
+  LoaderStats public_stats() const;
+
+  std::optional<Batch> fetch_batch(Clock::time_point start);
+};
+
+}  // namespace stoker::detail
