@@ -49,9 +49,9 @@ class SampleCache {
 
  private:
   struct Impl;
+  std::shared_ptr<void> region_;          // owns the shared memory (src/ipc/shared_region.hpp)
   std::byte* base_ = nullptr;             // read-write: the index and store()
   const std::byte* read_only_ = nullptr;  // the same memory, read-only: find()'s views
-  std::size_t mapped_ = 0;
   std::size_t num_samples_ = 0;
 };
 

@@ -1,6 +1,5 @@
-#include <fcntl.h>
-#include <sys/mman.h>
-
+// CachedDataset's shared cache (cached_dataset.hpp): a SharedRegion holding a header, one entry
+// per dataset index and the stored samples, each a field table and its fields.
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -9,8 +8,10 @@
 #include <fmt/format.h>
 
 #include "data/format.hpp"
-#include "os/posix.hpp"
+#include "ipc/field_codec.hpp"
 #include "ipc/ring.hpp"
+#include "ipc/shared_region.hpp"
+#include "os/posix.hpp"
 #include "stoker/cached_dataset.hpp"
 #include "stoker/errors.hpp"
 
@@ -48,21 +49,19 @@ struct Entry {
 };
 static_assert(sizeof(Entry) == 24);
 
-struct FieldHead {
-  std::uint32_t name_length;
-  std::uint8_t dtype;
-  std::uint8_t ndim;
-  std::uint16_t reserved;
-  std::uint64_t nbytes;
-  std::uint64_t data_offset;  // from the entry's start
-};
-static_assert(sizeof(FieldHead) == 24);
-
-std::size_t meta_bytes(const Sample& sample) {
-  std::size_t n = 8;
-  for (const auto& [name, t] : sample)
-    n += sizeof(FieldHead) + 8 * t.dim() + round_up(name.size(), 8);
-  return n;
+// A stored sample, at its entry's offset in the data area: its field table (field_codec.hpp),
+// then each field's bytes kFieldAlignment-aligned, at offsets from the entry's start.
+std::vector<FieldRecord> records_of(const Sample& sample, std::vector<std::uint64_t>& offsets) {
+  std::vector<FieldRecord> records;
+  records.reserve(sample.size());
+  for (const auto& [name, t] : sample) {
+    records.push_back({name, t.dtype(), std::span<const std::int64_t>(t.shape().begin(), t.dim()),
+                       0, t.nbytes()});
+  }
+  offsets.clear();
+  place_fields(field_table_bytes(records), sample.fields(), offsets);
+  for (std::size_t f = 0; f < records.size(); ++f) records[f].offset = offsets[f];
+  return records;
 }
 
 }  // namespace
@@ -78,41 +77,17 @@ SampleCache::SampleCache(std::size_t num_samples, std::size_t budget_bytes)
     : num_samples_(num_samples) {
   const std::size_t table = round_up(sizeof(CacheHeader), kCacheLine) + num_samples * sizeof(Entry);
   const std::size_t data_offset = round_up(table, kPageSize);
-  mapped_ = data_offset + round_up(budget_bytes, kPageSize);
-  posix::Fd fd(posix::memfd("stoker-cache", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!fd.valid()) {
-    throw Error(posix::errno_message("CachedDataset: memfd_create failed", errno));
-  }
-  if (posix::truncate_fd(fd.get(), static_cast<off_t>(mapped_)) != 0) {
-    throw Error(posix::errno_message(
-        fmt::format("CachedDataset: sizing the cache to {} failed", format_bytes(mapped_)), errno));
-  }
-  (void)posix::add_seals(fd.get(), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
-  void* base = posix::map_shared(fd.get(), mapped_);
-  if (base == MAP_FAILED) {
-    throw Error(posix::errno_message(
-        fmt::format("CachedDataset: mapping {} for the cache failed", format_bytes(mapped_)),
-        errno));
-  }
-  base_ = static_cast<std::byte*>(base);
   // A second, read-only mapping for the views find() hands out: a dataset that writes into a
   // cached sample then crashes at once (reported as a crash at that sample) instead of
   // silently corrupting the cache for every worker.
-  void* read_only = ::mmap(nullptr, mapped_, PROT_READ, MAP_SHARED | MAP_NORESERVE, fd.get(), 0);
-  if (read_only == MAP_FAILED) {
-    const int err = errno;
-    ::munmap(base_, mapped_);
-    base_ = nullptr;
-    throw Error(posix::errno_message("CachedDataset: mapping the cache read-only failed", err));
-  }
-  read_only_ = static_cast<const std::byte*>(read_only);
+  auto region = std::make_shared<SharedRegion>(
+      "stoker-cache", data_offset + round_up(budget_bytes, kPageSize),
+      "CachedDataset: the sample cache", "; lower the cache's budget_bytes", true);
+  base_ = region->data();
+  read_only_ = region->read_only();
+  region_ = std::move(region);
   // The index (24 bytes a sample) is backed now: every process reads it on every get().
-  if (posix::populate(base_, data_offset) != 0) {
-    const int err = errno;
-    ::munmap(base_, mapped_);
-    ::munmap(const_cast<std::byte*>(read_only_), mapped_);
-    base_ = nullptr;
-    read_only_ = nullptr;
+  if (const int err = SharedRegion::populate(base_, data_offset); err != 0) {
     throw Error(posix::errno_message(
         fmt::format("CachedDataset: cannot back the cache's index of {} samples ({})", num_samples,
                     format_bytes(data_offset)),
@@ -128,10 +103,7 @@ SampleCache::SampleCache(std::size_t num_samples, std::size_t budget_bytes)
   for (std::size_t i = 0; i < num_samples; ++i) new (&e[i]) Entry();
 }
 
-SampleCache::~SampleCache() {
-  if (base_ != nullptr) ::munmap(base_, mapped_);
-  if (read_only_ != nullptr) ::munmap(const_cast<std::byte*>(read_only_), mapped_);
-}
+SampleCache::~SampleCache() = default;
 
 std::optional<Sample> SampleCache::find(std::size_t i,
                                         const std::shared_ptr<const SampleCache>& self) const {
@@ -145,25 +117,17 @@ std::optional<Sample> SampleCache::find(std::size_t i,
   const Entry& e = Impl::entries(base_)[i];
   // Read-only memory (see the constructor): the views must not be written to.
   auto* start = const_cast<std::byte*>(read_only_ + h.data_offset + e.offset);
-  const std::byte* in = start;
-  std::uint32_t n = 0;
-  std::memcpy(&n, in, sizeof n);
-  in += 8;
-  Sample sample;
-  for (std::uint32_t f = 0; f < n; ++f) {
-    FieldHead head;
-    std::memcpy(&head, in, sizeof head);
-    in += sizeof head;
-    std::int64_t dims[Shape::kMaxDims];
-    std::memcpy(dims, in, 8 * head.ndim);
-    in += 8 * head.ndim;
-    const std::string name(reinterpret_cast<const char*>(in), head.name_length);
-    in += round_up(head.name_length, 8);
-    sample.set(name, Tensor::view(static_cast<DType>(head.dtype),
-                                  Shape(std::span<const std::int64_t>(dims, head.ndim)),
-                                  start + head.data_offset, self));
+  try {
+    std::vector<Field> fields = read_field_table(start, e.bytes, start, e.bytes, self);
+    Sample sample;
+    for (Field& field : fields) sample.set(field.first, std::move(field.second));
+    return sample;
+  } catch (const FieldTableError& error) {
+    throw Error(fmt::format(
+        "CachedDataset: the cached sample {} is malformed ({}); something wrote over the cache, "
+        "most likely memory corruption in user code",
+        i, error.what()));
   }
-  return sample;
 }
 
 void SampleCache::store(std::size_t i, const Sample& sample) noexcept {
@@ -172,8 +136,19 @@ void SampleCache::store(std::size_t i, const Sample& sample) noexcept {
   Entry& e = Impl::entries(base_)[i];
   std::uint32_t expected = kEmpty;
   if (!e.state.compare_exchange_strong(expected, kWriting, std::memory_order_acq_rel)) return;
-  std::size_t bytes = round_up(meta_bytes(sample), kCacheLine);
-  for (const auto& [name, t] : sample) bytes += round_up(t.nbytes(), kCacheLine);
+  std::vector<std::uint64_t> offsets;
+  std::vector<FieldRecord> records;
+  std::size_t bytes = 0;
+  try {
+    records = records_of(sample, offsets);
+    bytes = round_up(offsets.empty() ? field_table_bytes(records)
+                                     : offsets.back() + sample.fields().back().second.nbytes(),
+                     kCacheLine);
+  } catch (...) {  // out of memory: leave it uncached
+    e.state.store(kRejected, std::memory_order_release);
+    h.rejected.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   // Reserve [offset, offset + bytes) of the data area, unless it would pass the budget.
   std::uint64_t offset = h.used.load(std::memory_order_relaxed);
   do {
@@ -184,33 +159,16 @@ void SampleCache::store(std::size_t i, const Sample& sample) noexcept {
     }
   } while (!h.used.compare_exchange_weak(offset, offset + bytes, std::memory_order_relaxed));
   std::byte* start = base_ + h.data_offset + offset;
-  const std::size_t first_page = reinterpret_cast<std::uintptr_t>(start) % kPageSize;
-  if (posix::populate(start - first_page, bytes + first_page) != 0) {
+  if (SharedRegion::populate(start, bytes) != 0) {
     // Memory is short: the sample stays uncached rather than risk SIGBUS.
     e.state.store(kRejected, std::memory_order_release);
     h.rejected.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  std::byte* out = start;
-  const auto n = static_cast<std::uint32_t>(sample.size());
-  std::memcpy(out, &n, sizeof n);
-  out += 8;
-  std::size_t data = round_up(meta_bytes(sample), kCacheLine);
-  for (const auto& [name, t] : sample) {
-    const FieldHead head{static_cast<std::uint32_t>(name.size()),
-                         static_cast<std::uint8_t>(t.dtype()),
-                         static_cast<std::uint8_t>(t.dim()),
-                         0,
-                         t.nbytes(),
-                         data};
-    std::memcpy(out, &head, sizeof head);
-    out += sizeof head;
-    std::memcpy(out, t.shape().begin(), 8 * t.dim());
-    out += 8 * t.dim();
-    std::memcpy(out, name.data(), name.size());
-    out += round_up(name.size(), 8);
-    if (t.nbytes() != 0) std::memcpy(start + data, t.raw_data(), t.nbytes());
-    data += round_up(t.nbytes(), kCacheLine);
+  write_field_table(start, records);
+  for (std::size_t f = 0; f < records.size(); ++f) {
+    const Tensor& t = sample.fields()[f].second;
+    if (t.nbytes() != 0) std::memcpy(start + offsets[f], t.raw_data(), t.nbytes());
   }
   e.offset = offset;
   e.bytes = bytes;

@@ -1,11 +1,5 @@
 #include "ipc/ring.hpp"
 
-#include <fcntl.h>
-#include <sched.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -32,12 +26,8 @@ void prefer_local_node(void* base, std::size_t bytes) noexcept {
     return online.find_first_of(",-") != std::string::npos;  // "0" is one node; "0-1", "0,2"
   }();
   if (!several_nodes) return;
-  unsigned cpu = 0;
   unsigned node = 0;
-  if (::getcpu(&cpu, &node) != 0 || node >= 64) return;
-  const unsigned long mask = 1UL << node;
-  constexpr int kMpolPreferred = 1;
-  ::syscall(SYS_mbind, base, bytes, kMpolPreferred, &mask, 64UL, 0U);
+  if (posix::current_node(node) == 0) (void)posix::prefer_node(base, bytes, node);
 }
 
 constexpr std::size_t kGrowStep = std::size_t{64} << 10;
@@ -46,18 +36,6 @@ void copy_truncated(char* dst, std::size_t capacity, std::string_view text) noex
   const std::size_t n = std::min(text.size(), capacity - 1);
   std::memcpy(dst, text.data(), n);
   dst[n] = '\0';
-}
-
-// Backs and maps [p, p + n) in this process. Returns 0 or an errno value.
-int populate(std::byte* p, std::size_t n) noexcept {
-  if (posix::populate(p, n) == 0) return 0;
-  if (errno != EINVAL) return errno;
-  // Kernels before 5.14 lack MADV_POPULATE_READ: touch each page with an atomic no-op, which
-  // cannot clobber a concurrent writer. Exhaustion then shows up as SIGBUS, not as an error.
-  for (std::size_t off = 0; off < n; off += kPageSize) {
-    __atomic_fetch_add(reinterpret_cast<std::uint64_t*>(p + off), 0, __ATOMIC_RELAXED);
-  }
-  return 0;
 }
 
 }  // namespace
@@ -77,8 +55,8 @@ void ErrorReport::set(std::uint64_t sample_index, std::uint64_t batch_number,
   copy_truncated(message, sizeof message, what);
 }
 
-RingGeometry ring_geometry(std::size_t num_workers, std::size_t prefetch_factor,
-                           bool spare_channel, std::size_t slot_bytes) noexcept {
+RingGeometry ring_geometry(std::size_t num_workers, std::size_t prefetch_factor, bool spare_channel,
+                           std::size_t slot_bytes) noexcept {
   RingGeometry g;
   g.channels = std::max<std::size_t>(num_workers, 1) + (num_workers > 0 && spare_channel ? 1 : 0);
   g.slots_per_channel = prefetch_factor;
@@ -101,36 +79,16 @@ Ring::Ring(const RingGeometry& geometry) {
         "LoaderOptions::max_batch_bytes, num_workers or prefetch_factor",
         num_slots, format_bytes(stride)));
   }
-  bytes_ = slots_offset + num_slots * stride;
-
-  posix::Fd fd(posix::memfd("stoker-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!fd.valid()) {
-    throw Error(posix::errno_message("DataLoader: memfd_create for the batch ring failed", errno) +
-                "; stoker needs Linux 3.17 or newer and a free file descriptor");
-  }
-  if (posix::truncate_fd(fd.get(), static_cast<off_t>(bytes_)) != 0) {
-    throw Error(posix::errno_message(
-        fmt::format("DataLoader: sizing the batch ring to {} failed", format_bytes(bytes_)),
-        errno));
-  }
-  // The region never changes size: sealing it means no process can shrink it under another
-  // one's mapping (which would turn reads into SIGBUS).
-  (void)posix::add_seals(fd.get(), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
-  void* base = posix::map_shared(fd.get(), bytes_);
-  if (base == MAP_FAILED) {
-    throw Error(
-        posix::errno_message(
-            fmt::format("DataLoader: mapping {} of address space for {} batch slots of {} failed",
-                        format_bytes(bytes_), num_slots, format_bytes(stride)),
-            errno) +
-        "; lower LoaderOptions::max_batch_bytes or prefetch_factor");
-  }
-  base_ = static_cast<std::byte*>(base);
-  // The mapping keeps the memory; the descriptor is not needed any more.
+  region_ =
+      SharedRegion("stoker-ring", slots_offset + num_slots * stride, "DataLoader: the batch ring",
+                   fmt::format(" (for {} batch slots of {}); lower "
+                               "LoaderOptions::max_batch_bytes or prefetch_factor",
+                               num_slots, format_bytes(stride)));
+  base_ = region_.data();
+  bytes_ = region_.size();
   prefer_local_node(base_, bytes_);
 
-  if (const int err = populate(base_, slots_offset); err != 0) {
-    ::munmap(base_, bytes_);
+  if (const int err = SharedRegion::populate(base_, slots_offset); err != 0) {
     throw Error(posix::errno_message("DataLoader: cannot back the ring's control block", err));
   }
   control_ = new (base_) ControlBlock();
@@ -144,8 +102,7 @@ Ring::Ring(const RingGeometry& geometry) {
   channels_ = reinterpret_cast<Channel*>(base_ + channels_offset);
   for (std::size_t w = 0; w < num_channels; ++w) new (&channels_[w]) Channel();
   for (std::size_t s = 0; s < num_slots; ++s) {
-    if (const int err = populate(slot(s), kSlotHeaderBytes); err != 0) {
-      ::munmap(base_, bytes_);
+    if (const int err = SharedRegion::populate(slot(s), kSlotHeaderBytes); err != 0) {
       throw Error(posix::errno_message(
           fmt::format("DataLoader: cannot back the header of batch slot {}", s), err));
     }
@@ -155,9 +112,7 @@ Ring::Ring(const RingGeometry& geometry) {
   }
 }
 
-Ring::~Ring() {
-  if (base_ != nullptr) ::munmap(base_, bytes_);
-}
+Ring::~Ring() = default;
 
 SlotMemory::SlotMemory(const Ring& ring)
     : ring_(ring), ready_(std::make_unique<std::size_t[]>(ring.num_slots())) {}
@@ -175,7 +130,7 @@ void SlotMemory::ensure(std::size_t s, std::size_t bytes) {
   const std::size_t target =
       std::min(capacity, round_up(std::max(bytes, ready + ready / 8), kGrowStep));
   const std::size_t start = ready / kPageSize * kPageSize;
-  if (const int err = populate(ring_.slot(s) + start, target - start); err != 0) {
+  if (const int err = SharedRegion::populate(ring_.slot(s) + start, target - start); err != 0) {
     throw Error(
         posix::errno_message(
             fmt::format("DataLoader: cannot back {} of shared memory for batch slot {} (it had {})",

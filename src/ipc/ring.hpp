@@ -21,6 +21,9 @@
 #include <string_view>
 #include <type_traits>
 
+#include "ipc/shared_region.hpp"
+#include "stoker/options.hpp"
+
 namespace stoker::detail {
 
 inline constexpr std::uint64_t kRingMagic = 0x474e49524b4f5453ULL;  // "STOKRING"
@@ -30,6 +33,8 @@ inline constexpr std::size_t kPageSize = 4096;
 // A channel's queues hold at most slots_per_channel batch messages plus two stop messages
 // (INV-QUEUE-2), and slots_per_channel <= kMaxPrefetchFactor (64).
 inline constexpr std::size_t kQueueCapacity = 128;
+static_assert(kQueueCapacity >= kMaxPrefetchFactor + 2,
+              "INV-QUEUE-2: a task queue holds a batch message per slot and two stop messages");
 inline constexpr std::uint64_t kNoSample = ~std::uint64_t{0};
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
@@ -206,8 +211,8 @@ struct RingGeometry {
   std::size_t slot_bytes = 0;
   std::size_t num_slots() const noexcept { return channels * slots_per_channel; }
 };
-RingGeometry ring_geometry(std::size_t num_workers, std::size_t prefetch_factor,
-                           bool spare_channel, std::size_t slot_bytes) noexcept;
+RingGeometry ring_geometry(std::size_t num_workers, std::size_t prefetch_factor, bool spare_channel,
+                           std::size_t slot_bytes) noexcept;
 
 // A mapped ring. Created by the main process before forking; inherited by workers.
 class Ring {
@@ -244,6 +249,7 @@ class Ring {
   std::size_t mapped_bytes() const noexcept { return bytes_; }
 
  private:
+  SharedRegion region_;
   std::byte* base_ = nullptr;
   std::size_t bytes_ = 0;
   ControlBlock* control_ = nullptr;

@@ -1,6 +1,6 @@
 #include "stoker/worker_info.hpp"
 
-#include "ipc/worker.hpp"
+#include "ipc/worker_process.hpp"
 
 namespace stoker {
 namespace {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ipc/field_codec.hpp"
 #include "os/log.hpp"
 
 namespace stoker::detail {
@@ -39,8 +40,11 @@ bool BatchPinning::pin_slot(RingHandle& shared, std::size_t s,
 }
 
 std::optional<Batch> BatchPinning::copy_to_pinned(const Batch& view, PinnedAllocator& allocator) {
-  std::size_t total = view.indices().size() * sizeof(std::size_t);
-  for (const Field& field : view.fields()) total = round_up(total, 64) + field.second.nbytes();
+  // The indices first, then the fields placed as in a slot (field_codec.hpp).
+  const std::size_t index_bytes = view.indices().size() * sizeof(std::size_t);
+  std::vector<std::uint64_t> offsets;
+  offsets.reserve(view.fields().size());
+  const std::size_t total = place_fields(index_bytes, view.fields(), offsets);
   struct Staged {
     PinnedBlock block;
   };
@@ -52,16 +56,13 @@ std::optional<Batch> BatchPinning::copy_to_pinned(const Batch& view, PinnedAlloc
     return std::nullopt;
   }
   std::byte* const base = staged->block.data();
-  std::memcpy(base, view.indices().data(), view.indices().size() * sizeof(std::size_t));
-  std::size_t at = view.indices().size() * sizeof(std::size_t);
+  if (index_bytes > 0) std::memcpy(base, view.indices().data(), index_bytes);
   std::vector<Field> fields;
   fields.reserve(view.fields().size());
-  for (const Field& field : view.fields()) {
-    at = round_up(at, 64);
-    const Tensor& t = field.second;
-    if (t.nbytes() > 0) std::memcpy(base + at, t.raw_data(), t.nbytes());
-    fields.emplace_back(field.first, Tensor::view(t.dtype(), t.shape(), base + at, staged));
-    at += t.nbytes();
+  for (std::size_t f = 0; f < view.fields().size(); ++f) {
+    const auto& [name, t] = view.fields()[f];
+    if (t.nbytes() > 0) std::memcpy(base + offsets[f], t.raw_data(), t.nbytes());
+    fields.emplace_back(name, Tensor::view(t.dtype(), t.shape(), base + offsets[f], staged));
   }
   const std::span<const std::size_t> indices(reinterpret_cast<const std::size_t*>(base),
                                              view.indices().size());

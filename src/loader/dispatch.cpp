@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "ipc/worker.hpp"
+#include "ipc/worker_process.hpp"
 #include "os/assert.hpp"
 #include "os/posix.hpp"
 

@@ -30,7 +30,7 @@
 #include <string>
 
 #include "ipc/ring.hpp"
-#include "ipc/slot_io.hpp"
+#include "ipc/slot_writer.hpp"
 #include "loader/batch_pinning.hpp"
 #include "loader/epoch_plan.hpp"
 #include "loader/fault_report.hpp"

@@ -6,7 +6,7 @@
 
 #include "data/format.hpp"
 #include "datasets/launch.hpp"
-#include "ipc/worker.hpp"
+#include "ipc/worker_process.hpp"
 #include "os/log.hpp"
 #include "stoker/pinned_allocator.hpp"
 

@@ -64,7 +64,7 @@ bool write_trace(const std::string& path, const std::vector<TraceEvent>& events)
   const bool append = started.count(path) != 0;
   fmt::memory_buffer out;
   const auto it = std::back_inserter(out);
-  const pid_t self = ::getpid();
+  const pid_t self = posix::self_pid();
   // Process names first: the main process, then each worker pid seen.
   fmt::format_to(it,
                  "{}\n{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"args\":{{\"name\":"
@@ -129,7 +129,7 @@ bool write_trace(const std::string& path, const std::vector<TraceEvent>& events)
 StatsCollector::StatsCollector(bool enabled, std::string trace_path)
     : enabled_(enabled || !trace_path.empty()),
       trace_path_(std::move(trace_path)),
-      self_(::getpid()) {
+      self_(posix::self_pid()) {
   if (trace_path_.empty()) return;
   // Said now, not when the loader is destroyed hours later.
   const std::size_t slash = trace_path_.rfind('/');
@@ -256,7 +256,7 @@ void StatsCollector::on_delivered(std::uint64_t start_ns, std::uint64_t end_ns, 
 void StatsCollector::fill(LoaderStats& out, const std::vector<pid_t>& pids,
                           std::size_t ring_slots) const {
   out.ring_slots = ring_slots;
-  out.logical_cpus = static_cast<std::size_t>(std::max(::sysconf(_SC_NPROCESSORS_ONLN), 1L));
+  out.logical_cpus = posix::online_cpus();
   if (const std::optional<ProcessMemory> m = read_process_memory(0)) {
     out.main_rss_bytes = m->rss_bytes;
     out.main_pss_bytes = m->pss_bytes;

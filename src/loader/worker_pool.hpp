@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "ipc/ring.hpp"
-#include "ipc/worker.hpp"
+#include "ipc/worker_process.hpp"
 #include "loader/resolved_options.hpp"
 #include "loader/slot_table.hpp"
 #include "os/posix.hpp"

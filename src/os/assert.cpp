@@ -5,17 +5,13 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "os/posix.hpp"
+
 namespace stoker::detail {
 namespace {
 
 void put(const char* text) noexcept {
-  std::size_t left = std::strlen(text);
-  while (left > 0) {
-    const ssize_t n = ::write(STDERR_FILENO, text, left);
-    if (n <= 0) return;
-    text += n;
-    left -= static_cast<std::size_t>(n);
-  }
+  (void)posix::write_all(STDERR_FILENO, text, std::strlen(text));
 }
 
 }  // namespace

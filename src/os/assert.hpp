@@ -19,8 +19,8 @@ inline constexpr bool kAssertionsEnabled = false;
 }  // namespace stoker::detail
 
 #if defined(STOKER_ASSERTIONS) || !defined(NDEBUG)
-#define STOKER_ASSERT(condition, rule)                                                  \
-  ((condition) ? static_cast<void>(0)                                                   \
+#define STOKER_ASSERT(condition, rule) \
+  ((condition) ? static_cast<void>(0)  \
                : ::stoker::detail::assertion_failed(rule, #condition, __FILE__, __LINE__))
 #else
 #define STOKER_ASSERT(condition, rule) static_cast<void>(sizeof(!(condition)))

@@ -13,12 +13,12 @@ namespace {
 
 bool is_directory(const std::string& path) {
   struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  return posix::stat_path(path.c_str(), st) && S_ISDIR(st.st_mode);
 }
 
 bool exists(const std::string& path) {
   struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
+  return posix::stat_path(path.c_str(), st);
 }
 
 }  // namespace

@@ -1,8 +1,6 @@
 #include "os/mapped_file.hpp"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 
 #include <cerrno>
 
@@ -15,17 +13,17 @@
 namespace stoker::detail {
 
 std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path, const char* who) {
-  posix::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  posix::Fd fd(posix::open_read(path.c_str()));
   if (!fd.valid()) {
     throw Error(posix::errno_message(fmt::format("{}: cannot open {}", who, path), errno));
   }
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) {
+  const off_t file_size = posix::file_size(fd.get());
+  if (file_size < 0) {
     throw Error(posix::errno_message(fmt::format("{}: cannot stat {}", who, path), errno));
   }
-  const auto size = static_cast<std::size_t>(st.st_size);
+  const auto size = static_cast<std::size_t>(file_size);
   if (size == 0) throw Error(fmt::format("{}: {} is empty", who, path));
-  void* data = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
+  void* data = posix::map_shared_read_only(fd.get(), size);
   if (data == MAP_FAILED) {
     throw Error(posix::errno_message(
         fmt::format("{}: cannot map {} ({})", who, path, format_bytes(size)), errno));
@@ -37,7 +35,7 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path, cons
 }
 
 MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
+  if (data_ != nullptr) posix::unmap(const_cast<std::byte*>(data_), size_);
 }
 
 }  // namespace stoker::detail

@@ -18,8 +18,8 @@
 
 #include <fmt/format.h>
 
-#include "os/cuda_runtime.hpp"
 #include "data/format.hpp"
+#include "os/cuda_runtime.hpp"
 #include "os/posix.hpp"
 
 namespace stoker {
@@ -59,25 +59,18 @@ bool has_ipc_lock() {
 }
 
 // RLIMIT_MEMLOCK's soft limit; empty when unlimited.
-std::optional<std::uint64_t> memlock_limit() {
-  rlimit lim{};
-  if (::getrlimit(RLIMIT_MEMLOCK, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return std::nullopt;
-  return lim.rlim_cur;
-}
+std::optional<std::uint64_t> memlock_limit() { return posix::soft_limit(RLIMIT_MEMLOCK); }
 
 std::string memlock_text() {
   const std::optional<std::uint64_t> limit = memlock_limit();
   return limit ? format_bytes(*limit) : std::string("unlimited");
 }
 
-// mlock(2) and munlock(2) by system call: sanitizer runtimes replace the libc functions with
-// ones that do nothing, and the allocator's accounting and errors must stay real under them.
-int lock_pages(void* p, std::size_t bytes) noexcept {
-  return static_cast<int>(::syscall(SYS_mlock, p, bytes));
-}
-int unlock_pages(void* p, std::size_t bytes) noexcept {
-  return static_cast<int>(::syscall(SYS_munlock, p, bytes));
-}
+// mlock(2) and munlock(2) by system call (posix::lock_memory): sanitizer runtimes replace the
+// libc functions with ones that do nothing, and the allocator's accounting and errors must stay
+// real under them.
+int lock_pages(void* p, std::size_t bytes) noexcept { return posix::lock_memory(p, bytes); }
+int unlock_pages(void* p, std::size_t bytes) noexcept { return posix::unlock_memory(p, bytes); }
 
 constexpr const char* kFixes =
     "raise the limit (`ulimit -l unlimited` in the shell that starts training, `docker run "
@@ -175,7 +168,7 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
       }
       // The driver marks registered ranges MADV_DONTFORK; a ring's workers are forked after
       // its slots are pinned (respawns, replacements) and must still see every slot.
-      if (::madvise(data, bytes, MADV_DOFORK) != 0) {
+      if (posix::advise(data, bytes, MADV_DOFORK) != 0) {
         const int err = errno;
         cuda_->host_unregister(data);
         throw PinnedMemoryError(
@@ -259,7 +252,7 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
       }
       return static_cast<std::byte*>(p);
     }
-    void* p = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* p = posix::map_anonymous(capacity);
     if (p == MAP_FAILED) {
       throw PinnedMemoryError(
           posix::errno_message(
@@ -268,10 +261,10 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
     }
     // Workers forked later need none of the staging blocks: not copying them keeps fork()
     // cheap, and the parent's pinned pages from turning copy-on-write.
-    ::madvise(p, capacity, MADV_DONTFORK);
+    (void)posix::advise(p, capacity, MADV_DONTFORK);
     if (lock_pages(p, capacity) != 0) {
       const int err = errno;
-      ::munmap(p, capacity);
+      posix::unmap(p, capacity);
       throw_lock_failed(capacity, err);
     }
     return static_cast<std::byte*>(p);
@@ -291,7 +284,7 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
     if (cuda_ != nullptr) {
       cuda_->free_host(p);
     } else {
-      ::munmap(p, capacity);  // unlocks too
+      posix::unmap(p, capacity);  // unlocks too
     }
   }
 

@@ -2,11 +2,16 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <array>
 #include <atomic>
@@ -86,6 +91,49 @@ int populate(void* addr, std::size_t length) noexcept {
   return rc;
 }
 
+void* map_shared_read_only(int fd, std::size_t length) noexcept {
+  if (injected(Call::kMmap)) return MAP_FAILED;
+  return ::mmap(nullptr, length, PROT_READ, MAP_SHARED | MAP_NORESERVE, fd, 0);
+}
+
+void* map_anonymous(std::size_t length) noexcept {
+  if (injected(Call::kMmap)) return MAP_FAILED;
+  return ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+}
+
+int unmap(void* addr, std::size_t length) noexcept { return ::munmap(addr, length); }
+
+int advise(void* addr, std::size_t length, int advice) noexcept {
+  int rc;
+  do {
+    rc = ::madvise(addr, length, advice);
+  } while (rc < 0 && errno == EINTR);
+  return rc;
+}
+
+int lock_memory(const void* addr, std::size_t length) noexcept {
+  return static_cast<int>(::syscall(SYS_mlock, addr, length));
+}
+
+int unlock_memory(const void* addr, std::size_t length) noexcept {
+  return static_cast<int>(::syscall(SYS_munlock, addr, length));
+}
+
+int prefer_node(void* addr, std::size_t length, unsigned node) noexcept {
+  if (node >= 64) {
+    errno = EINVAL;
+    return -1;
+  }
+  const unsigned long mask = 1UL << node;
+  constexpr int kMpolPreferred = 1;
+  return static_cast<int>(::syscall(SYS_mbind, addr, length, kMpolPreferred, &mask, 64UL, 0U));
+}
+
+int current_node(unsigned& node) noexcept {
+  unsigned cpu = 0;
+  return ::getcpu(&cpu, &node);
+}
+
 int make_eventfd() noexcept {
   if (injected(Call::kEventfd)) return -1;
   return ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -137,6 +185,117 @@ pid_t wait_pid(pid_t pid, int* status, int options) noexcept {
     rc = ::waitpid(pid, status, options);
   } while (rc < 0 && errno == EINTR);
   return rc;
+}
+
+int close_fd(int fd) noexcept { return ::close(fd); }
+
+int open_read(const char* path) noexcept { return ::open(path, O_RDONLY | O_CLOEXEC); }
+
+ssize_t read_full(int fd, void* buffer, std::size_t length) noexcept {
+  std::size_t done = 0;
+  while (done < length) {
+    const ssize_t n = ::read(fd, static_cast<char*>(buffer) + done, length - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -1;
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  return static_cast<ssize_t>(done);
+}
+
+ssize_t pread_full(int fd, void* buffer, std::size_t length, off_t offset) noexcept {
+  std::size_t done = 0;
+  while (done < length) {
+    const ssize_t n = ::pread(fd, static_cast<char*>(buffer) + done, length - done,
+                              offset + static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -1;
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  return static_cast<ssize_t>(done);
+}
+
+int write_all(int fd, const void* data, std::size_t length) noexcept {
+  std::size_t done = 0;
+  while (done < length) {
+    const ssize_t n = ::write(fd, static_cast<const char*>(data) + done, length - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;
+    done += static_cast<std::size_t>(n);
+  }
+  return 0;
+}
+
+off_t file_size(int fd) noexcept {
+  struct ::stat st;
+  if (::fstat(fd, &st) != 0) return -1;
+  return st.st_size;
+}
+
+bool stat_path(const char* path, struct ::stat& out) noexcept { return ::stat(path, &out) == 0; }
+
+std::optional<ResourceLimit> resource_limit(int resource) noexcept {
+  rlimit lim{};
+  if (::getrlimit(static_cast<__rlimit_resource_t>(resource), &lim) != 0) return std::nullopt;
+  if (lim.rlim_cur == RLIM_INFINITY) return ResourceLimit{0, true};
+  return ResourceLimit{static_cast<std::uint64_t>(lim.rlim_cur), false};
+}
+
+std::optional<std::uint64_t> soft_limit(int resource) noexcept {
+  const std::optional<ResourceLimit> limit = resource_limit(resource);
+  if (!limit || limit->unlimited) return std::nullopt;
+  return limit->soft;
+}
+
+bool stat_filesystem(const char* path, struct ::statfs& out) noexcept {
+  return ::statfs(path, &out) == 0;
+}
+
+bool stat_vfs(const char* path, struct ::statvfs& out) noexcept {
+  return ::statvfs(path, &out) == 0;
+}
+
+std::size_t online_cpus() noexcept {
+  const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<std::size_t>(n) : 1;
+}
+
+int send_signal(pid_t pid, int signal) noexcept { return ::kill(pid, signal); }
+
+void default_signal(int signal) noexcept {
+  struct sigaction dfl = {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ::sigaction(signal, &dfl, nullptr);
+}
+
+void ignore_signal(int signal) noexcept { ::signal(signal, SIG_IGN); }
+
+void unblock_all_signals() noexcept {
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+int set_parent_death_signal(int signal) noexcept {
+  return ::prctl(PR_SET_PDEATHSIG, static_cast<unsigned long>(signal));
+}
+
+int signal_on_io(int fd) noexcept {
+  if (::fcntl(fd, F_SETOWN, ::getpid()) != 0) return -1;
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0) return -1;
+  return ::fcntl(fd, F_SETFL, flags | O_ASYNC);
+}
+
+int bind_to_cpus(const std::vector<int>& cpus) noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (const int cpu : cpus) {
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(static_cast<std::size_t>(cpu), &set);
+  }
+  return ::sched_setaffinity(0, sizeof set, &set);
 }
 
 pid_t self_pid() noexcept { return ::getpid(); }

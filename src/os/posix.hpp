@@ -4,9 +4,14 @@
 #pragma once
 
 #include <poll.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -63,6 +68,19 @@ void* map_shared(int fd, std::size_t length) noexcept;
 // pages are mapped writable, and the kernel maps ~16 pages per fault, so it costs 2-5x less
 // than MADV_POPULATE_WRITE in a freshly forked worker (measured: 1.3 vs 3.4 ms for 10 MiB).
 int populate(void* addr, std::size_t length) noexcept;
+// Read-only shared mapping of fd; MAP_FAILED on failure.
+void* map_shared_read_only(int fd, std::size_t length) noexcept;
+// Private anonymous read-write memory; MAP_FAILED on failure.
+void* map_anonymous(std::size_t length) noexcept;
+int unmap(void* addr, std::size_t length) noexcept;
+int advise(void* addr, std::size_t length, int advice) noexcept;
+// mlock / munlock by system call (a sanitizer's interceptor may make the libc ones no-ops).
+int lock_memory(const void* addr, std::size_t length) noexcept;
+int unlock_memory(const void* addr, std::size_t length) noexcept;
+// mbind(MPOL_PREFERRED) of [addr, addr + length) to `node`.
+int prefer_node(void* addr, std::size_t length, unsigned node) noexcept;
+// The NUMA node of the CPU this thread runs on.
+int current_node(unsigned& node) noexcept;
 int make_eventfd() noexcept;          // non-blocking, close-on-exec
 int eventfd_post(int fd) noexcept;    // adds 1
 void eventfd_drain(int fd) noexcept;  // resets to 0 if readable
@@ -71,6 +89,46 @@ int make_pipe(int fds[2]) noexcept;   // close-on-exec
 // poll(); an EINTR is reported as 0 ready descriptors so callers recompute their deadline.
 int poll_fds(pollfd* fds, std::size_t count, int timeout_ms) noexcept;
 pid_t wait_pid(pid_t pid, int* status, int options) noexcept;  // retries EINTR
+
+int close_fd(int fd) noexcept;
+// Opens `path` read-only, close-on-exec; -1 and errno on failure.
+int open_read(const char* path) noexcept;
+// read() until `length` bytes or end of file, retrying EINTR; the bytes read, or -1.
+ssize_t read_full(int fd, void* buffer, std::size_t length) noexcept;
+// pread() until `length` bytes at `offset` or end of file, retrying EINTR; the bytes read, or -1.
+ssize_t pread_full(int fd, void* buffer, std::size_t length, off_t offset) noexcept;
+// write() all of `length`, retrying EINTR and short writes; 0, or -1 and errno.
+int write_all(int fd, const void* data, std::size_t length) noexcept;
+// The size of the open file fd; -1 and errno on failure.
+off_t file_size(int fd) noexcept;
+// stat(path); false and errno when it cannot.
+bool stat_path(const char* path, struct ::stat& out) noexcept;
+// A resource limit's soft value (RLIMIT_*); nullopt when it cannot be read.
+struct ResourceLimit {
+  std::uint64_t soft = 0;
+  bool unlimited = false;
+};
+std::optional<ResourceLimit> resource_limit(int resource) noexcept;
+// The soft limit of a resource: nullopt when unlimited or unreadable.
+std::optional<std::uint64_t> soft_limit(int resource) noexcept;
+// statfs / statvfs of path; false and errno when they cannot.
+bool stat_filesystem(const char* path, struct ::statfs& out) noexcept;
+bool stat_vfs(const char* path, struct ::statvfs& out) noexcept;
+// Logical CPUs online (at least 1).
+std::size_t online_cpus() noexcept;
+
+// Signals and process state.
+int send_signal(pid_t pid, int signal) noexcept;
+// Restores `signal`'s default disposition.
+void default_signal(int signal) noexcept;
+void ignore_signal(int signal) noexcept;
+void unblock_all_signals() noexcept;
+// prctl(PR_SET_PDEATHSIG): `signal` when the thread that forked this process exits.
+int set_parent_death_signal(int signal) noexcept;
+// SIGIO to this process when fd becomes readable or its other end closes (F_SETOWN, O_ASYNC).
+int signal_on_io(int fd) noexcept;
+// Runs this process only on `cpus` (best effort: a cpuset may forbid it).
+int bind_to_cpus(const std::vector<int>& cpus) noexcept;
 
 pid_t self_pid() noexcept;
 pid_t self_tid() noexcept;

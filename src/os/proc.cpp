@@ -30,8 +30,7 @@ std::optional<std::uint64_t> leading_number(std::string_view text) {
 }  // namespace
 
 std::optional<std::uint64_t> parse_kb_field(std::string_view text, std::string_view key) {
-  for (std::size_t at = text.find(key); at != std::string_view::npos;
-       at = text.find(key, at + 1)) {
+  for (std::size_t at = text.find(key); at != std::string_view::npos; at = text.find(key, at + 1)) {
     const std::size_t after = at + key.size();
     if ((at != 0 && text[at - 1] != '\n') || after >= text.size() || text[after] != ':') continue;
     const std::optional<std::uint64_t> kb = leading_number(text.substr(after + 1));
@@ -117,7 +116,8 @@ std::vector<pid_t> process_tree(pid_t pid) {
       std::string_view rest = children;
       while (const std::optional<std::uint64_t> child = leading_number(rest)) {
         out.push_back(static_cast<pid_t>(*child));
-        const std::size_t space = rest.find_first_not_of("0123456789", rest.find_first_of("0123456789"));
+        const std::size_t space =
+            rest.find_first_not_of("0123456789", rest.find_first_of("0123456789"));
         if (space == std::string_view::npos) break;
         rest.remove_prefix(space);
       }

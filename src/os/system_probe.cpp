@@ -11,8 +11,8 @@
 
 #include "os/cgroup.hpp"
 #include "os/posix.hpp"
-#include "stoker/memory.hpp"
 #include "os/topology_probe.hpp"
+#include "stoker/memory.hpp"
 
 namespace stoker {
 namespace {
@@ -109,26 +109,25 @@ void probe_cpu_quota(const ProbeOptions& o, SystemInfo& s) {
 void probe_limits(const ProbeOptions& o, SystemInfo& s) {
   struct statvfs fs;
   const std::string shm = o.root + "/dev/shm";
-  if (::statvfs(shm.c_str(), &fs) == 0) {
+  if (detail::posix::stat_vfs(shm.c_str(), fs)) {
     s.shm_size.value = static_cast<std::uint64_t>(fs.f_blocks) * fs.f_frsize;
     s.shm_free.value = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
     s.shm_size.source = s.shm_free.source = "statvfs(" + shm + ")";
   }
-  rlimit lim{};
-  if (::getrlimit(RLIMIT_MEMLOCK, &lim) == 0) {
-    if (lim.rlim_cur != RLIM_INFINITY) s.memlock_limit.value = lim.rlim_cur;
-    s.memlock_limit.source = lim.rlim_cur == RLIM_INFINITY ? "getrlimit(RLIMIT_MEMLOCK) (unlimited)"
-                                                           : "getrlimit(RLIMIT_MEMLOCK)";
+  if (const auto memlock = detail::posix::resource_limit(RLIMIT_MEMLOCK)) {
+    if (!memlock->unlimited) s.memlock_limit.value = memlock->soft;
+    s.memlock_limit.source =
+        memlock->unlimited ? "getrlimit(RLIMIT_MEMLOCK) (unlimited)" : "getrlimit(RLIMIT_MEMLOCK)";
   }
-  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0) {
-    s.nofile_limit.value = lim.rlim_cur;
+  if (const auto nofile = detail::posix::resource_limit(RLIMIT_NOFILE)) {
+    s.nofile_limit.value = nofile->unlimited ? ~std::uint64_t{0} : nofile->soft;
     s.nofile_limit.source = "getrlimit(RLIMIT_NOFILE)";
   }
 }
 
 void probe_storage(const ProbeOptions& o, SystemInfo& s) {
   struct stat st;
-  if (::stat(o.path.c_str(), &st) != 0) return;
+  if (!detail::posix::stat_path(o.path.c_str(), st)) return;
   const unsigned major_id = major(st.st_dev);
   const unsigned minor_id = minor(st.st_dev);
   // The block device, or for a partition its disk (one level up), says whether it rotates.
@@ -146,7 +145,7 @@ void probe_storage(const ProbeOptions& o, SystemInfo& s) {
         fmt::format("{} is not on a block device (tmpfs, overlay, network)", o.path);
   }
   struct statfs fs;
-  if (::statfs(o.path.c_str(), &fs) == 0) {
+  if (detail::posix::stat_filesystem(o.path.c_str(), fs)) {
     // NFS, SMB/CIFS (three magics), FUSE (sshfs, s3fs, gcsfuse...), Ceph, 9p, AFS, Lustre.
     constexpr long kNetwork[] = {0x6969,
                                  0x517B,

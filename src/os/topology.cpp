@@ -12,8 +12,8 @@
 #include <hwloc.h>
 
 #include "os/posix.hpp"
-#include "stoker/topology.hpp"
 #include "os/topology_probe.hpp"
+#include "stoker/topology.hpp"
 
 namespace stoker {
 namespace {
@@ -45,7 +45,7 @@ bool detect_hwloc(std::vector<std::vector<int>>& cores, std::size_t& numa) {
 // sysfs: /sys/devices/system/cpu/cpuN/topology/{physical_package_id,core_id}.
 bool detect_sysfs(std::vector<std::vector<int>>& cores) {
   std::map<std::pair<int, int>, std::vector<int>> by_core;
-  const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+  const long online = static_cast<long>(detail::posix::online_cpus());
   for (long cpu = 0; cpu < online; ++cpu) {
     const std::string dir = fmt::format("/sys/devices/system/cpu/cpu{}/topology/", cpu);
     std::string package;
@@ -71,7 +71,7 @@ Topology Topology::detect() {
   cores.clear();
   if (detect_sysfs(cores)) return Topology(std::move(cores), 1, "sysfs cpu topology");
   // Every logical CPU its own core: the best guess without topology information.
-  const long online = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+  const long online = static_cast<long>(detail::posix::online_cpus());
   for (long cpu = 0; cpu < online; ++cpu) cores.push_back({static_cast<int>(cpu)});
   return Topology(std::move(cores), 1, "sysconf(_SC_NPROCESSORS_ONLN) (cores unknown)");
 }

@@ -81,7 +81,7 @@ TEST_CASE("stats report each worker's batches, stage times, busy share and memor
     // machine a preemption can land in any stage, so no stage has a reliable upper bound.
     REQUIRE(w.get_seconds >= 0.9 * 0.0005 * static_cast<double>(w.samples));
     REQUIRE(w.collate_seconds > 0);
-    REQUIRE(w.busy_fraction > 0.2);
+    REQUIRE(w.busy_fraction > 0.1);  // 20 ms of 500 us spins in a ~100 ms epoch, loaded or not
     REQUIRE(w.busy_fraction <= 1.0);
     REQUIRE(w.rss_bytes > 0);
     REQUIRE(w.pss_bytes > 0);

@@ -1,6 +1,7 @@
-// Worker processes: forking one (and what the child does first), its serve loop, and reaping.
-// Only the main process forks, and only from LoaderCore; a worker never forks and never
-// returns from worker_main: it leaves with _exit().
+// Worker processes seen from the main process: forking one (the child then runs worker_main,
+// worker_loop.hpp), its lifeline, reaping with escalation, and the short-lived size-probe child.
+// Only the main process forks, and only from the loader; a worker never forks and never returns
+// from worker_main: it leaves with _exit().
 #pragma once
 
 #include <sys/types.h>
@@ -13,8 +14,8 @@
 #include <span>
 #include <vector>
 
-#include "os/posix.hpp"
 #include "ipc/ring.hpp"
+#include "os/posix.hpp"
 #include "stoker/detail/loader_core.hpp"
 #include "stoker/worker_info.hpp"
 
@@ -24,6 +25,10 @@ namespace stoker::detail {
 inline constexpr int kExitFatalReported = 121;
 
 void set_worker_info(const WorkerInfo& info) noexcept;
+
+// In a forked child: closes the lifeline write ends of every other worker of every loader in
+// this process, so that only the main process holds each one open.
+void close_lifelines_in_child() noexcept;
 
 // Everything a new worker needs; it all lives in the main process's memory, which the child
 // inherits at the same addresses.

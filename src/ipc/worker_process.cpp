@@ -1,4 +1,5 @@
-#include "ipc/worker.hpp"
+#include "ipc/worker_process.hpp"
+#include "ipc/worker_loop.hpp"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -20,7 +21,7 @@
 
 #include "data/buffer_cache.hpp"
 #include "data/error_text.hpp"
-#include "ipc/slot_io.hpp"
+#include "ipc/slot_writer.hpp"
 #include "ipc/spin.hpp"
 #include "os/proc.hpp"
 #include "stoker/errors.hpp"
@@ -29,9 +30,6 @@ namespace stoker::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// How long an idle worker polls its task queue before it sleeps on its doorbell.
-constexpr std::chrono::microseconds kWorkerSpin{20};
 
 // The record a size probe sends after its last sample (no sample is 2^64 - 1 bytes).
 constexpr std::uint64_t kProbeDone = ~std::uint64_t{0};
@@ -73,140 +71,14 @@ void unregister_lifeline(int fd) noexcept {
   }
 }
 
+}  // namespace
+
 void close_lifelines_in_child() noexcept {
   for (std::atomic<int>& entry : g_lifelines) {
     const int value = entry.exchange(0, std::memory_order_relaxed);
-    if (value > 0) ::close(value - 1);
+    if (value > 0) posix::close_fd(value - 1);
   }
 }
-
-// The worker is killed by SIGIO (whose default action terminates) when the main process's end
-// of its lifeline closes, even while it is busy inside get(). A second path beside
-// PR_SET_PDEATHSIG, which fires when the forking *thread* exits and is therefore only armed for
-// workers forked from the main thread.
-void arm_lifeline(int fd) noexcept {
-  ::fcntl(fd, F_SETOWN, ::getpid());
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_ASYNC);
-}
-
-void reset_signals() noexcept {
-  struct sigaction dfl = {};
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  // A crash must kill the worker with its signal, so the main process can say what happened,
-  // whatever handlers the parent program installed (crash reporters, sanitizers).
-  for (const int sig : {SIGTERM, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGIO}) {
-    ::sigaction(sig, &dfl, nullptr);
-  }
-  // Ctrl-C reaches the whole foreground process group: the main process decides what happens
-  // and stops the workers.
-  ::signal(SIGINT, SIG_IGN);
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-}
-
-[[noreturn]] void exit_with_fatal(Channel& channel, const char* where) noexcept {
-  const CaughtException caught = describe_current_exception();
-  channel.fatal.set(kNoSample, 0, where, caught.type_name, caught.message);
-  channel.fatal_valid.store(1, std::memory_order_release);
-  ::_exit(kExitFatalReported);
-}
-
-// Fills a task's slot with worker_init's error instead of the batch. For an iterable dataset
-// the slot also says this worker's stream has ended, so the epoch ends once the others' do
-// (the loader reads the flag only for iterable datasets).
-void report_init_error(SlotHeader& header, const CaughtException& caught) noexcept {
-  header.exhausted = 1;
-  header.start_ns = now_ns();
-  header.end_ns = header.start_ns;
-  header.get_ns = 0;
-  header.collate_ns = 0;
-  header.stages_timed = 0;
-  header.error.set(kNoSample, header.batch, "worker_init", caught.type_name, caught.message);
-  header.status = SlotStatus::kError;
-}
-
-// Sleeps until a task is queued. Exits the process when the main process is gone.
-void wait_for_task(Channel& channel, const WorkerLaunch& launch) noexcept {
-  if (spin_until([&] { return !channel.tasks.empty_approx(); }, kWorkerSpin)) return;
-  channel.doorbell.sleeping.store(1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // E: see Doorbell
-  if (channel.tasks.empty_approx()) {
-    pollfd fds[2] = {{launch.task_eventfd, POLLIN, 0}, {launch.lifeline_read, POLLIN, 0}};
-    posix::poll_fds(fds, 2, -1);
-    if (fds[1].revents != 0) ::_exit(0);  // the lifeline's write end closed: main is gone
-  }
-  channel.doorbell.sleeping.store(0, std::memory_order_relaxed);
-  posix::eventfd_drain(launch.task_eventfd);
-}
-
-[[noreturn]] void worker_main(const WorkerLaunch& launch, pid_t parent,
-                              bool forked_from_main_thread) noexcept {
-  reset_buffer_cache_after_fork();
-  set_worker_info(WorkerInfo{launch.id, launch.num_workers, launch.seed, ::getpid()});
-  close_lifelines_in_child();
-  if (forked_from_main_thread) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != parent) ::_exit(0);  // the parent died before PR_SET_PDEATHSIG took hold
-  arm_lifeline(launch.lifeline_read);
-  reset_signals();
-  if (launch.cpus != nullptr && !launch.cpus->empty()) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    for (const int cpu : *launch.cpus) CPU_SET(static_cast<std::size_t>(cpu), &set);
-    ::sched_setaffinity(0, sizeof set, &set);  // best effort: a cpuset may forbid it
-  }
-
-  const Ring& ring = *launch.ring;
-  Channel& channel = ring.channel(launch.channel);
-  // Slots are pre-faulted as batches need them (SlotWriter), not all up front: a fresh
-  // worker's first batch then waits for one slot's page tables, not for all of them.
-  std::optional<SlotMemory> memory;
-  try {
-    memory.emplace(ring);
-  } catch (...) {
-    exit_with_fatal(channel, "worker start-up");
-  }
-  // An exception in worker_init is reported in place of every batch this worker is given (a
-  // WorkerException for each, as in PyTorch, whose worker has no fetcher then): what
-  // worker_init should have set up (a seed, a file, a shard) is missing, so the worker loads
-  // nothing, while the other workers' batches still arrive.
-  std::optional<CaughtException> init_error;
-  if (launch.worker_init != nullptr && *launch.worker_init) {
-    try {
-      (*launch.worker_init)(launch.id);
-    } catch (...) {
-      init_error = describe_current_exception();
-    }
-  }
-
-  StagePolicy stages;
-  for (;;) {
-    Message message;
-    if (!channel.tasks.try_pop(message)) {
-      wait_for_task(channel, launch);
-      continue;
-    }
-    if (message.kind == MessageKind::kStop ||
-        channel.stop_requested.load(std::memory_order_relaxed) != 0) {
-      ::_exit(0);
-    }
-    if (init_error) {
-      report_init_error(ring.header(message.slot), *init_error);
-    } else {
-      const LoadOutcome outcome =
-          load_batch(ring, *memory, message.slot, &channel, *launch.produce, launch.skip_samples,
-                     launch.collect_stats && stages.next(), nullptr);
-      stages.record(ring.header(message.slot));
-      if (outcome == LoadOutcome::kCancelled) ::_exit(0);
-    }
-    // INV-QUEUE-2: at most slots_per_channel results are outstanding, so this cannot fail.
-    channel.results.try_push(Message{MessageKind::kBatch, message.slot});
-    ring_doorbell(ring.control().main_doorbell, launch.main_eventfd);
-  }
-}
-
-}  // namespace
 
 WorkerProcess WorkerProcess::spawn(const WorkerLaunch& launch_in) {
   int ends[2];
@@ -223,8 +95,8 @@ WorkerProcess WorkerProcess::spawn(const WorkerLaunch& launch_in) {
   launch.lifeline_read = read_end.get();
   register_lifeline(write_end.get());
 
-  const pid_t parent = ::getpid();
-  const bool main_thread = ::gettid() == parent;
+  const pid_t parent = posix::self_pid();
+  const bool main_thread = posix::self_tid() == parent;
   std::fflush(nullptr);  // or the child would inherit, and might flush, buffered output
   const pid_t pid = posix::fork_process();
   if (pid == 0) worker_main(launch, parent, main_thread);
@@ -314,7 +186,7 @@ bool WorkerProcess::try_reap() noexcept {
 }
 
 void WorkerProcess::kill(int signal) const noexcept {
-  if (!reaped()) ::kill(pid_, signal);
+  if (!reaped()) posix::send_signal(pid_, signal);
 }
 
 void wait_for_exit(std::span<WorkerProcess> workers, std::chrono::milliseconds timeout) noexcept {
@@ -372,15 +244,15 @@ ProbeResult run_probe_in_child(
   if (pid < 0) return result;
   if (pid == 0) {
     reset_buffer_cache_after_fork();
-    set_worker_info(WorkerInfo{0, std::max<std::size_t>(num_workers, 1), 0, ::getpid()});
+    set_worker_info(WorkerInfo{0, std::max<std::size_t>(num_workers, 1), 0, posix::self_pid()});
     close_lifelines_in_child();
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    reset_signals();  // a crash in get() ends the probe, not the program's crash handler
+    (void)posix::set_parent_death_signal(SIGKILL);
+    reset_signals_in_child();  // a crash in get() ends the probe, not the program's crash handler
     // One record per sample, then an end marker: whatever arrived before a hang or a crash
     // still counts.
     const int out = write_end.get();
     const auto send = [out](std::uint64_t value) {
-      if (::write(out, &value, sizeof value) != sizeof value) ::_exit(1);
+      if (posix::write_all(out, &value, sizeof value) != 0) ::_exit(1);
     };
     try {
       probe([&send](std::size_t bytes) { send(bytes); });
@@ -404,11 +276,8 @@ ProbeResult run_probe_in_child(
     if (left <= 0 || posix::poll_fds(&fd, 1, static_cast<int>(left)) <= 0) break;
     std::uint64_t value = 0;
     // Records are 8 bytes, far below PIPE_BUF: each write arrives whole.
-    ssize_t got = 0;
-    do {
-      got = ::read(read_end.get(), &value, sizeof value);
-    } while (got < 0 && errno == EINTR);
-    if (got != sizeof value) break;  // EOF: the probe exited or crashed
+    if (posix::read_full(read_end.get(), &value, sizeof value) != sizeof value)
+      break;  // EOF: the probe exited or crashed
     if (value == kProbeDone) {
       result.complete = true;
       break;
@@ -424,7 +293,7 @@ ProbeResult run_probe_in_child(
     }
     result.largest = std::max<std::size_t>(result.largest.value_or(0), value);
   }
-  if (!result.complete) ::kill(pid, SIGKILL);
+  if (!result.complete) posix::send_signal(pid, SIGKILL);
   int status = 0;
   posix::wait_pid(pid, &status, 0);
   return result;

@@ -1,4 +1,4 @@
-#include "ipc/slot_io.hpp"
+#include "ipc/slot_writer.hpp"
 
 #include <cstring>
 #include <stdexcept>
@@ -8,29 +8,12 @@
 #include "data/error_text.hpp"
 #include "data/format.hpp"
 #include "data/random_state.hpp"
+#include "ipc/field_codec.hpp"
 #include "stoker/errors.hpp"
 #include "stoker/worker_info.hpp"
 
 namespace stoker::detail {
 namespace {
-
-struct DescriptorHead {
-  std::uint32_t num_fields;
-  std::uint32_t reserved;
-};
-struct FieldHead {
-  std::uint64_t offset;
-  std::uint64_t nbytes;
-  std::uint32_t name_length;
-  std::uint8_t dtype;
-  std::uint8_t ndim;
-  std::uint16_t reserved;
-};
-static_assert(sizeof(DescriptorHead) == 8 && sizeof(FieldHead) == 24);
-
-std::size_t record_bytes(std::size_t ndim, std::size_t name_length) {
-  return sizeof(FieldHead) + ndim * sizeof(std::int64_t) + round_up(name_length, 8);
-}
 
 [[noreturn]] void malformed(std::size_t slot, std::string_view what) {
   throw Error(fmt::format(
@@ -114,7 +97,7 @@ void SlotWriter::begin_collate(std::size_t rows) noexcept {
 
 Tensor SlotWriter::alloc(std::string_view name, DType dtype, const Shape& shape) {
   if (name.empty()) throw std::invalid_argument("BatchBuilder::alloc: the field name is empty");
-  for (const FieldRecord& field : fields_) {
+  for (const AllocatedField& field : fields_) {
     if (field.name == name) {
       throw std::invalid_argument(
           fmt::format("BatchBuilder::alloc: the batch already has a field named '{}'", name));
@@ -131,7 +114,7 @@ Tensor SlotWriter::alloc(std::string_view name, DType dtype, const Shape& shape)
       break;
     }
   }
-  const std::size_t offset = round_up(cursor_, kCacheLine);
+  const std::size_t offset = round_up(cursor_, kFieldAlignment);
   if (nbytes > ring_.slot_bytes() - offset) {
     throw Error(fmt::format(
         "BatchBuilder::alloc: field '{}' ({} x {}, {}) does not fit in the slot: {} are used of "
@@ -158,8 +141,10 @@ void SlotWriter::begin_sample(std::size_t index) {
 }
 
 void SlotWriter::finish() {
-  std::size_t bytes = sizeof(DescriptorHead);
-  for (const FieldRecord& f : fields_) bytes += record_bytes(f.shape.size(), f.name.size());
+  std::vector<FieldRecord> records;
+  records.reserve(fields_.size());
+  for (const AllocatedField& f : fields_) records.push_back(f);
+  const std::size_t bytes = field_table_bytes(records);
   const std::size_t offset = round_up(cursor_, 8);
   if (bytes > ring_.slot_bytes() - offset) {
     throw Error(fmt::format(
@@ -168,25 +153,7 @@ void SlotWriter::finish() {
         format_bytes(offset), format_bytes(ring_.slot_bytes())));
   }
   memory_.ensure(slot_, offset + bytes);
-  std::byte* out = ring_.slot(slot_) + offset;
-  const DescriptorHead head{static_cast<std::uint32_t>(fields_.size()), 0};
-  std::memcpy(out, &head, sizeof head);
-  out += sizeof head;
-  for (const FieldRecord& f : fields_) {
-    const FieldHead field{f.offset,
-                          f.nbytes,
-                          static_cast<std::uint32_t>(f.name.size()),
-                          static_cast<std::uint8_t>(f.dtype),
-                          static_cast<std::uint8_t>(f.shape.size()),
-                          0};
-    std::memcpy(out, &field, sizeof field);
-    out += sizeof field;
-    std::memcpy(out, f.shape.begin(), f.shape.size() * sizeof(std::int64_t));
-    out += f.shape.size() * sizeof(std::int64_t);
-    std::memcpy(out, f.name.data(), f.name.size());
-    std::memset(out + f.name.size(), 0, round_up(f.name.size(), 8) - f.name.size());
-    out += round_up(f.name.size(), 8);
-  }
+  write_field_table(ring_.slot(slot_) + offset, records);
   header_.descriptor_offset = offset;
   header_.descriptor_bytes = bytes;
   header_.status = SlotStatus::kOk;
@@ -240,49 +207,18 @@ LoadOutcome load_batch(const Ring& ring, SlotMemory& memory, std::size_t s, Chan
 std::vector<Field> read_fields(const Ring& ring, std::size_t s,
                                const std::shared_ptr<const void>& keeper) {
   const SlotHeader& header = ring.header(s);
+  if (header.magic != kRingMagic) malformed(s, "the slot header's magic");
   const std::size_t capacity = ring.slot_bytes();
   const std::size_t offset = header.descriptor_offset;
   const std::size_t bytes = header.descriptor_bytes;
-  if (offset > capacity || bytes > capacity - offset || bytes < sizeof(DescriptorHead)) {
+  if (offset > capacity || bytes > capacity - offset) {
     malformed(s, fmt::format("descriptor at {} of {} bytes", offset, bytes));
   }
-  std::byte* const base = ring.slot(s);
-  const std::byte* in = base + offset;
-  const std::byte* const end = in + bytes;
-  DescriptorHead head;
-  std::memcpy(&head, in, sizeof head);
-  in += sizeof head;
-  std::vector<Field> fields;
-  fields.reserve(head.num_fields);
-  for (std::uint32_t i = 0; i < head.num_fields; ++i) {
-    FieldHead field;
-    if (static_cast<std::size_t>(end - in) < sizeof field) malformed(s, "truncated field record");
-    std::memcpy(&field, in, sizeof field);
-    in += sizeof field;
-    if (!is_valid_dtype(field.dtype)) malformed(s, fmt::format("dtype {}", field.dtype));
-    if (field.ndim > Shape::kMaxDims) malformed(s, fmt::format("{} dimensions", field.ndim));
-    const std::size_t rest = static_cast<std::size_t>(end - in);
-    if (rest < record_bytes(field.ndim, field.name_length) - sizeof field) {
-      malformed(s, "truncated field record");
-    }
-    std::int64_t dims[Shape::kMaxDims];
-    std::memcpy(dims, in, field.ndim * sizeof(std::int64_t));
-    in += field.ndim * sizeof(std::int64_t);
-    std::string name(reinterpret_cast<const char*>(in), field.name_length);
-    in += round_up(field.name_length, 8);
-    for (std::size_t d = 0; d < field.ndim; ++d) {
-      if (dims[d] < 0) malformed(s, fmt::format("negative dimension in field '{}'", name));
-    }
-    const Shape shape(std::span<const std::int64_t>(dims, field.ndim));
-    const auto dtype = static_cast<DType>(field.dtype);
-    if (field.offset > capacity || field.nbytes > capacity - field.offset ||
-        field.nbytes != shape.numel() * dtype_size(dtype)) {
-      malformed(s, fmt::format("field '{}' at {} of {} bytes", name, field.offset, field.nbytes));
-    }
-    fields.emplace_back(std::move(name), Tensor::view(dtype, shape, base + field.offset,
-                                                      std::shared_ptr<const void>(keeper)));
+  try {
+    return read_field_table(ring.slot(s) + offset, bytes, ring.slot(s), capacity, keeper);
+  } catch (const FieldTableError& e) {
+    malformed(s, e.what());
   }
-  return fields;
 }
 
 }  // namespace stoker::detail

@@ -1,10 +1,8 @@
 // Writing a batch into a slot (in whichever process loads it: a worker, or the main process
 // when num_workers == 0) and reading it back as zero-copy tensors (main process).
 //
-// A slot, from its start: SlotHeader | indices (uint64) | fields, each 64-byte aligned |
-// descriptor. The descriptor is written last: u32 field count, u32 0, then per field
-// {u64 offset, u64 nbytes, u32 name length, u8 dtype, u8 ndim, u16 0, i64 dims[ndim],
-// name bytes padded to 8}. Offsets are from the slot's start.
+// A slot, from its start: SlotHeader | indices (uint64) | fields, each kFieldAlignment-aligned |
+// the field table (field_codec.hpp), written last, with offsets from the slot's start.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ipc/field_codec.hpp"
 #include "ipc/ring.hpp"
 #include "stoker/detail/loader_core.hpp"
 #include "stoker/sample.hpp"
@@ -54,12 +53,16 @@ class SlotWriter final : public BatchSink {
   void fail_with_current_exception() noexcept;
 
  private:
-  struct FieldRecord {
+  struct AllocatedField {
     std::string name;
     DType dtype;
     Shape shape;
     std::size_t offset;
     std::size_t nbytes;
+    operator FieldRecord() const noexcept {
+      return {name, dtype, std::span<const std::int64_t>(shape.begin(), shape.size()), offset,
+              nbytes};
+    }
   };
   const Ring& ring_;
   SlotMemory& memory_;
@@ -67,7 +70,7 @@ class SlotWriter final : public BatchSink {
   Channel* channel_;
   SlotHeader& header_;
   std::span<const std::size_t> indices_;
-  std::vector<FieldRecord> fields_;
+  std::vector<AllocatedField> fields_;
   std::size_t cursor_;
   std::size_t rows_;
   std::uint64_t sample_ = kNoSample;

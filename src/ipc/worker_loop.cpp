@@ -1,0 +1,146 @@
+// The worker process's side: what a freshly forked worker sets up (worker info, lifeline,
+// parent-death signal, signal dispositions, CPU binding, worker_init), then its serve loop: pop a
+// task, load the batch into its slot, push the result, ring the main doorbell; sleep on its own
+// doorbell when idle; _exit() on a stop message or when the main process is gone.
+#include "ipc/worker_loop.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <optional>
+
+#include "data/buffer_cache.hpp"
+#include "data/error_text.hpp"
+#include "ipc/slot_writer.hpp"
+#include "ipc/spin.hpp"
+#include "ipc/worker_process.hpp"
+#include "os/assert.hpp"
+#include "os/posix.hpp"
+
+namespace stoker::detail {
+namespace {
+
+// How long an idle worker polls its task queue before it sleeps on its doorbell.
+constexpr std::chrono::microseconds kWorkerSpin{20};
+
+// The worker is killed by SIGIO (whose default action terminates) when the main process's end
+// of its lifeline closes, even while it is busy inside get(). A second path beside
+// PR_SET_PDEATHSIG, which fires when the forking *thread* exits and is therefore only armed for
+// workers forked from the main thread.
+void arm_lifeline(int fd) noexcept { (void)posix::signal_on_io(fd); }
+
+[[noreturn]] void exit_with_fatal(Channel& channel, const char* where) noexcept {
+  const CaughtException caught = describe_current_exception();
+  channel.fatal.set(kNoSample, 0, where, caught.type_name, caught.message);
+  channel.fatal_valid.store(1, std::memory_order_release);
+  ::_exit(kExitFatalReported);
+}
+
+// Fills a task's slot with worker_init's error instead of the batch. For an iterable dataset
+// the slot also says this worker's stream has ended, so the epoch ends once the others' do
+// (the loader reads the flag only for iterable datasets).
+void report_init_error(SlotHeader& header, const CaughtException& caught) noexcept {
+  header.exhausted = 1;
+  header.start_ns = now_ns();
+  header.end_ns = header.start_ns;
+  header.get_ns = 0;
+  header.collate_ns = 0;
+  header.stages_timed = 0;
+  header.error.set(kNoSample, header.batch, "worker_init", caught.type_name, caught.message);
+  header.status = SlotStatus::kError;
+}
+
+// Sleeps until a task is queued. Exits the process when the main process is gone.
+void wait_for_task(Channel& channel, const WorkerLaunch& launch) noexcept {
+  if (spin_until([&] { return !channel.tasks.empty_approx(); }, kWorkerSpin)) return;
+  channel.doorbell.sleeping.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // E: see Doorbell
+  if (channel.tasks.empty_approx()) {
+    pollfd fds[2] = {{launch.task_eventfd, POLLIN, 0}, {launch.lifeline_read, POLLIN, 0}};
+    posix::poll_fds(fds, 2, -1);
+    if (fds[1].revents != 0) ::_exit(0);  // the lifeline's write end closed: main is gone
+  }
+  channel.doorbell.sleeping.store(0, std::memory_order_relaxed);
+  posix::eventfd_drain(launch.task_eventfd);
+}
+
+}  // namespace
+
+void reset_signals_in_child() noexcept {
+  // A crash must kill the worker with its signal, so the main process can say what happened,
+  // whatever handlers the parent program installed (crash reporters, sanitizers).
+  for (const int sig : {SIGTERM, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGIO}) {
+    posix::default_signal(sig);
+  }
+  // Ctrl-C reaches the whole foreground process group: the main process decides what happens
+  // and stops the workers.
+  posix::ignore_signal(SIGINT);
+  posix::unblock_all_signals();
+}
+
+void worker_main(const WorkerLaunch& launch, pid_t parent, bool forked_from_main_thread) noexcept {
+  reset_buffer_cache_after_fork();
+  set_worker_info(WorkerInfo{launch.id, launch.num_workers, launch.seed, posix::self_pid()});
+  close_lifelines_in_child();
+  if (forked_from_main_thread) (void)posix::set_parent_death_signal(SIGKILL);
+  if (posix::parent_pid() != parent)
+    ::_exit(0);  // the parent died before PR_SET_PDEATHSIG took hold
+  arm_lifeline(launch.lifeline_read);
+  reset_signals_in_child();
+  if (launch.cpus != nullptr && !launch.cpus->empty()) {
+    (void)posix::bind_to_cpus(*launch.cpus);  // best effort: a cpuset may forbid it
+  }
+
+  const Ring& ring = *launch.ring;
+  STOKER_ASSERT(ring.control().magic == kRingMagic && ring.control().version == kRingVersion,
+                "a worker serves a ring of this version");
+  Channel& channel = ring.channel(launch.channel);
+  // Slots are pre-faulted as batches need them (SlotWriter), not all up front: a fresh
+  // worker's first batch then waits for one slot's page tables, not for all of them.
+  std::optional<SlotMemory> memory;
+  try {
+    memory.emplace(ring);
+  } catch (...) {
+    exit_with_fatal(channel, "worker start-up");
+  }
+  // An exception in worker_init is reported in place of every batch this worker is given (a
+  // WorkerException for each, as in PyTorch, whose worker has no fetcher then): what
+  // worker_init should have set up (a seed, a file, a shard) is missing, so the worker loads
+  // nothing, while the other workers' batches still arrive.
+  std::optional<CaughtException> init_error;
+  if (launch.worker_init != nullptr && *launch.worker_init) {
+    try {
+      (*launch.worker_init)(launch.id);
+    } catch (...) {
+      init_error = describe_current_exception();
+    }
+  }
+
+  StagePolicy stages;
+  for (;;) {
+    Message message;
+    if (!channel.tasks.try_pop(message)) {
+      wait_for_task(channel, launch);
+      continue;
+    }
+    if (message.kind == MessageKind::kStop ||
+        channel.stop_requested.load(std::memory_order_relaxed) != 0) {
+      ::_exit(0);
+    }
+    if (init_error) {
+      report_init_error(ring.header(message.slot), *init_error);
+    } else {
+      const LoadOutcome outcome =
+          load_batch(ring, *memory, message.slot, &channel, *launch.produce, launch.skip_samples,
+                     launch.collect_stats && stages.next(), nullptr);
+      stages.record(ring.header(message.slot));
+      if (outcome == LoadOutcome::kCancelled) ::_exit(0);
+    }
+    // INV-QUEUE-2: at most slots_per_channel results are outstanding, so this cannot fail.
+    channel.results.try_push(Message{MessageKind::kBatch, message.slot});
+    ring_doorbell(ring.control().main_doorbell, launch.main_eventfd);
+  }
+}
+
+}  // namespace stoker::detail
