@@ -168,17 +168,11 @@ class ConcatDataset {
   // Either process. Throws std::invalid_argument for no parts.
   template <detail::MapPart... Ts>
   requires(sizeof...(Ts) > 0) explicit ConcatDataset(Ts... parts) {
-    std::vector<detail::AnyMapDataset> erased;
-    erased.reserve(sizeof...(Ts));
-    (erased.emplace_back(std::move(parts)), ...);
-    init(std::move(erased));
+    init(detail::erase_each<detail::AnyMapDataset>(std::move(parts)...));
   }
   template <detail::MapPart T>
   explicit ConcatDataset(std::vector<T> parts) {
-    std::vector<detail::AnyMapDataset> erased;
-    erased.reserve(parts.size());
-    for (T& part : parts) erased.emplace_back(std::move(part));
-    init(std::move(erased));
+    init(detail::erase_vector<detail::AnyMapDataset>(std::move(parts)));
   }
 
   std::size_t size() const noexcept { return ends_.empty() ? 0 : ends_.back(); }
@@ -219,17 +213,11 @@ class ChainDataset {
   // Either process. Throws std::invalid_argument for no parts.
   template <detail::IterablePart... Ts>
   requires(sizeof...(Ts) > 0) explicit ChainDataset(Ts... parts) {
-    std::vector<detail::AnyIterableDataset> erased;
-    erased.reserve(sizeof...(Ts));
-    (erased.emplace_back(std::move(parts)), ...);
-    init(std::move(erased));
+    init(detail::erase_each<detail::AnyIterableDataset>(std::move(parts)...));
   }
   template <detail::IterablePart T>
   explicit ChainDataset(std::vector<T> parts) {
-    std::vector<detail::AnyIterableDataset> erased;
-    erased.reserve(parts.size());
-    for (T& part : parts) erased.emplace_back(std::move(part));
-    init(std::move(erased));
+    init(detail::erase_vector<detail::AnyIterableDataset>(std::move(parts)));
   }
 
   // The next sample, or nullopt when the last part has ended. Throws what the parts throw,

@@ -196,20 +196,6 @@ void FieldCheck::check_first(std::size_t part, const Sample& sample) {
 
 }  // namespace detail
 
-namespace {
-
-CacheStats sum_cache_stats(std::span<const detail::AnyMapDataset> parts) {
-  CacheStats total;
-  for (const detail::AnyMapDataset& part : parts) {
-    if (const std::optional<CacheStats> stats = part.cache_stats()) {
-      total = detail::add_cache_stats(total, *stats);
-    }
-  }
-  return total;
-}
-
-}  // namespace
-
 void ConcatDataset::init(std::vector<detail::AnyMapDataset> parts) {
   if (parts.empty()) {
     throw std::invalid_argument("ConcatDataset: no parts given; pass at least one dataset");
@@ -222,7 +208,10 @@ void ConcatDataset::init(std::vector<detail::AnyMapDataset> parts) {
   check_ = detail::FieldCheck("ConcatDataset", detail::numbered_parts(parts_.size()));
 }
 
-CacheStats ConcatDataset::cache_stats() const { return sum_cache_stats(parts_); }
+CacheStats ConcatDataset::cache_stats() const {
+  return detail::sum_cache_stats(
+      parts_, [](const detail::AnyMapDataset& part) -> const auto& { return part; });
+}
 
 void ChainDataset::init(std::vector<detail::AnyIterableDataset> parts) {
   if (parts.empty()) {
@@ -288,13 +277,8 @@ Sample StackDataset::get(std::size_t i) {
 }
 
 CacheStats StackDataset::cache_stats() const {
-  CacheStats total;
-  for (const Part& part : parts_) {
-    if (const std::optional<CacheStats> stats = part.dataset.cache_stats()) {
-      total = detail::add_cache_stats(total, *stats);
-    }
-  }
-  return total;
+  return detail::sum_cache_stats(
+      parts_, [](const Part& part) -> const auto& { return part.dataset; });
 }
 
 }  // namespace stoker

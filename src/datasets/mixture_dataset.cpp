@@ -128,13 +128,8 @@ Sample MixtureDataset::get(std::size_t i, std::uint64_t epoch) {
 }
 
 CacheStats MixtureDataset::cache_stats() const {
-  CacheStats total;
-  for (const Source& source : sources_) {
-    if (const std::optional<CacheStats> stats = source.dataset.cache_stats()) {
-      total = detail::add_cache_stats(total, *stats);
-    }
-  }
-  return total;
+  return detail::sum_cache_stats(
+      sources_, [](const Source& source) -> const auto& { return source.dataset; });
 }
 
 }  // namespace stoker

@@ -20,25 +20,28 @@
 namespace stoker {
 namespace {
 
-constexpr std::size_t kMaxIdxHeaderBytes = 4 + 4 * 255;
+// IDX's element types: the magic number's third byte.
+struct IdxType {
+  std::uint8_t code;
+  DType dtype;
+  const char* name;
+};
+constexpr IdxType kIdxTypes[] = {
+    {0x08, DType::kUInt8, "uint8"},     {0x09, DType::kInt8, "int8"},
+    {0x0B, DType::kInt16, "int16"},     {0x0C, DType::kInt32, "int32"},
+    {0x0D, DType::kFloat32, "float32"}, {0x0E, DType::kFloat64, "float64"},
+};
+
+const IdxType* find_type(std::uint8_t code) {
+  for (const IdxType& type : kIdxTypes) {
+    if (type.code == code) return &type;
+  }
+  return nullptr;
+}
 
 std::string type_name(std::uint8_t code) {
-  switch (code) {
-    case 0x08:
-      return "uint8";
-    case 0x09:
-      return "int8";
-    case 0x0B:
-      return "int16";
-    case 0x0C:
-      return "int32";
-    case 0x0D:
-      return "float32";
-    case 0x0E:
-      return "float64";
-    default:
-      return fmt::format("type 0x{:02x}", code);
-  }
+  const IdxType* type = find_type(code);
+  return type != nullptr ? type->name : fmt::format("type 0x{:02x}", code);
 }
 
 std::string dims_text(const std::vector<std::uint64_t>& dims) {
@@ -199,34 +202,16 @@ IdxHeader parse_idx_header(std::span<const std::byte> bytes, std::string_view so
   }
   IdxHeader header;
   header.type_code = byte(2);
-  switch (header.type_code) {
-    case 0x08:
-      header.dtype = DType::kUInt8;
-      break;
-    case 0x09:
-      header.dtype = DType::kInt8;
-      break;
-    case 0x0B:
-      header.dtype = DType::kInt16;
-      break;
-    case 0x0C:
-      header.dtype = DType::kInt32;
-      break;
-    case 0x0D:
-      header.dtype = DType::kFloat32;
-      break;
-    case 0x0E:
-      header.dtype = DType::kFloat64;
-      break;
-    default:
-      throw IdxFormatError(fmt::format(
-          "idx: {}: unknown type code 0x{:02x} in the magic number (IDX has 0x08 uint8, 0x09 "
-          "int8, 0x0B int16, 0x0C int32, 0x0D float32, 0x0E float64); this is not an IDX file",
-          source, header.type_code));
+  const IdxType* type = find_type(header.type_code);
+  if (type == nullptr) {
+    throw IdxFormatError(fmt::format(
+        "idx: {}: unknown type code 0x{:02x} in the magic number (IDX has 0x08 uint8, 0x09 "
+        "int8, 0x0B int16, 0x0C int32, 0x0D float32, 0x0E float64); this is not an IDX file",
+        source, header.type_code));
   }
+  header.dtype = type->dtype;
   const std::size_t ndims = byte(3);
   header.data_offset = 4 + 4 * ndims;
-  static_assert(kMaxIdxHeaderBytes == 4 + 4 * 255);
   if (bytes.size() < header.data_offset) {
     throw IdxFormatError(fmt::format(
         "idx: {}: the header declares {} dimensions ({} bytes) but the file has {} bytes; it "

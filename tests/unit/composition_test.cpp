@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/error_message.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -28,20 +30,7 @@ namespace stoker {
 namespace {
 
 using Catch::Contains;
-
-// The message of the E that f() throws (fails the test when it throws nothing or another type).
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL("threw another exception type: " << e.what());
-  }
-  FAIL("threw nothing");
-  return {};
-}
+using test::message_of;
 
 // Sample i: "id" = tag * 1000 + i (int64), "x" = float32 [2].
 struct Numbers {

@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/error_message.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -25,19 +27,7 @@ namespace stoker {
 namespace {
 
 using Catch::Contains;
-
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL("threw another exception type: " << e.what());
-  }
-  FAIL("threw nothing");
-  return {};
-}
+using test::message_of;
 
 // Sample i of source `tag`: "id" = tag * 1'000'000 + i. Its size may be huge: get() builds the
 // sample from the index alone.

@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/error_message.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -24,18 +26,7 @@ namespace {
 using Catch::Contains;
 using Bytes = std::vector<std::uint8_t>;
 
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL("threw another exception type: " << e.what());
-  }
-  FAIL("threw nothing");
-  return {};
-}
+using test::message_of;
 
 struct TempDir {
   std::filesystem::path path;

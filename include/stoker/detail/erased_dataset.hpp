@@ -131,6 +131,36 @@ class AnyIterableDataset {
   std::shared_ptr<Interface> impl_;
 };
 
+// The parts of a composed dataset, each behind the interface Any (AnyMapDataset or
+// AnyIterableDataset): from the constructor's arguments, or from a vector of one type.
+template <class Any, class... Ts>
+std::vector<Any> erase_each(Ts... parts) {
+  std::vector<Any> erased;
+  erased.reserve(sizeof...(Ts));
+  (erased.emplace_back(std::move(parts)), ...);
+  return erased;
+}
+template <class Any, class T>
+std::vector<Any> erase_vector(std::vector<T> parts) {
+  std::vector<Any> erased;
+  erased.reserve(parts.size());
+  for (T& part : parts) erased.emplace_back(std::move(part));
+  return erased;
+}
+
+// The cache counters of every part that has a CachedDataset, summed; `dataset_of(part)` is the
+// part's AnyMapDataset.
+template <class Parts, class DatasetOf>
+CacheStats sum_cache_stats(const Parts& parts, DatasetOf dataset_of) {
+  CacheStats total;
+  for (const auto& part : parts) {
+    if (const std::optional<CacheStats> stats = dataset_of(part).cache_stats()) {
+      total = add_cache_stats(total, *stats);
+    }
+  }
+  return total;
+}
+
 // Whether the parts of a composed dataset give samples with the same fields (names and
 // dtypes; shapes may differ, for a ragged collate). Each process compares the first sample it
 // loads from each part with the first sample it loaded at all: a check per part, then one
