@@ -1,8 +1,10 @@
 #include "stoker/mixture_dataset.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -18,6 +20,36 @@ __extension__ using Uint128 = unsigned __int128;
 // Keys that keep the interleave and the sources' shuffles apart for one seed.
 constexpr std::uint64_t kInterleaveKey = 0x6d69'7800'0001ULL;  // "mix", 1
 constexpr std::uint64_t kSourceKey = 0x6d69'7800'0002ULL;      // "mix", 2
+
+// Building a permutation draws its round keys, which costs about as much as evaluating it, so
+// each thread keeps the last few it built. A permutation is a pure function of (seed, kind, a,
+// b, n): a cached one is the very one locate() would build, whichever mixture asks.
+class PermutationCache {
+ public:
+  const detail::IndexPermutation& get(std::uint64_t seed, std::uint64_t kind, std::uint64_t a,
+                                      std::uint64_t b, std::uint64_t n) {
+    const std::uint64_t h = (a * 0x9e3779b97f4a7c15ULL) ^ (b * 0xc2b2ae3d27d4eb4fULL) ^ kind;
+    Entry& e = entries_[(h >> 58) % entries_.size()];
+    if (!e.permutation || e.seed != seed || e.kind != kind || e.a != a || e.b != b || e.n != n) {
+      Generator keys = Generator::from({seed, kind, a, b});
+      e = Entry{seed, kind, a, b, n, detail::IndexPermutation(n, keys)};
+    }
+    return *e.permutation;
+  }
+
+ private:
+  struct Entry {
+    std::uint64_t seed = 0;
+    std::uint64_t kind = 0;
+    std::uint64_t a = 0;
+    std::uint64_t b = 0;
+    std::uint64_t n = 0;
+    std::optional<detail::IndexPermutation> permutation;
+  };
+  std::array<Entry, 16> entries_{};
+};
+
+thread_local PermutationCache t_permutations;
 
 }  // namespace
 
@@ -94,17 +126,26 @@ PartIndex MixtureDataset::locate(std::size_t i, std::uint64_t epoch) const {
   if (i >= size_) detail::throw_index_out_of_range("MixtureDataset::get", i, size_);
   // The epoch's slots are laid out source by source (ends_); a permutation keyed by (seed,
   // epoch) scatters them over the epoch's indices.
-  Generator interleave_keys = Generator::from({seed_, kInterleaveKey, epoch});
-  const detail::IndexPermutation interleave(size_, interleave_keys);
+  const detail::IndexPermutation& interleave =
+      t_permutations.get(seed_, kInterleaveKey, epoch, 0, size_);
   const PartIndex slot = detail::locate_part(ends_, interleave(i), "MixtureDataset::get");
   // Source k's draws are numbered on across epochs (counts_[k] an epoch); draw d is position
   // d % n of the source's shuffle number d / n, so all n samples come before any repeats.
   const std::size_t k = slot.part;
-  const Uint128 draw = static_cast<Uint128>(epoch) * counts_[k] + slot.index;
-  const auto cycle = static_cast<std::uint64_t>(draw / sizes_[k]);
-  const auto position = static_cast<std::uint64_t>(draw % sizes_[k]);
-  Generator shuffle_keys = Generator::from({seed_, kSourceKey, k, cycle});
-  const detail::IndexPermutation shuffle(sizes_[k], shuffle_keys);
+  std::uint64_t cycle = 0;
+  std::uint64_t position = 0;
+  std::uint64_t draw = 0;
+  if (!__builtin_mul_overflow(epoch, counts_[k], &draw) &&
+      !__builtin_add_overflow(draw, slot.index, &draw)) {
+    cycle = draw / sizes_[k];  // the common case: a 64-bit division, not a 128-bit one
+    position = draw % sizes_[k];
+  } else {
+    const Uint128 wide = static_cast<Uint128>(epoch) * counts_[k] + slot.index;
+    cycle = static_cast<std::uint64_t>(wide / sizes_[k]);
+    position = static_cast<std::uint64_t>(wide % sizes_[k]);
+  }
+  const detail::IndexPermutation& shuffle =
+      t_permutations.get(seed_, kSourceKey, k, cycle, sizes_[k]);
   return {k, static_cast<std::size_t>(shuffle(position))};
 }
 

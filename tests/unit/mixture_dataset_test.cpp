@@ -195,9 +195,13 @@ TEST_CASE("a MixtureDataset maps indices of huge sources without tables", "[mixt
   const std::size_t n = std::size_t{1} << 50;
   MixtureDataset mixture({{Source{n, 0}, 1}, {Source{n, 1}, 3}}, std::size_t{1} << 40, 1);
   for (std::size_t i : {std::size_t{0}, std::size_t{1} << 39, (std::size_t{1} << 40) - 1}) {
-    const PartIndex at = mixture.locate(i, 1'000'000);
-    REQUIRE(at.part < 2);
-    REQUIRE(at.index < n);
+    // epoch x count past 64 bits too: the draw number is computed in 128.
+    for (const std::uint64_t epoch : {std::uint64_t{1'000'000}, ~std::uint64_t{0}}) {
+      const PartIndex at = mixture.locate(i, epoch);
+      REQUIRE(at.part < 2);
+      REQUIRE(at.index < n);
+      REQUIRE(at == mixture.locate(i, epoch));
+    }
   }
 }
 
