@@ -8,7 +8,8 @@
 // one. Copies of a wrapper share its parts; a DataLoader's workers each get a fork()ed,
 // copy-on-write copy of all of it, as with any dataset. No wrapper reseeds: sample_rng() in a
 // part's get() or in fn is the generator of the loader's index being loaded, so augmentation is
-// the same for any num_workers.
+// the same for any num_workers. Every function here may be called in either process and
+// blocks only as long as the parts' own get() / next() do.
 #pragma once
 
 #include <cstddef>

@@ -3,7 +3,8 @@
 // which each source gives an exact count set by its weight, interleaved at random; each source
 // is read without replacement until all its samples have been seen, then reshuffled, the
 // sequence continuing across epochs. Which sample index i is in an epoch is a pure function of
-// (seed, epoch, i), so the blend is the same for any num_workers and resumes mid-epoch.
+// (seed, epoch, i), so the blend is the same for any num_workers and resumes mid-epoch. Every
+// function may be called in either process and blocks only as long as the sources' get() do.
 #pragma once
 
 #include <cstddef>

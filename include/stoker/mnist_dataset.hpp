@@ -53,11 +53,11 @@ class MnistDataset {
   // t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte (kTest), each as it is or with ".gz"
   // (also the "train-images.idx3-ubyte" spelling). Plain files are memory-mapped; compressed
   // ones are decompressed into memory that the workers share (copy-on-write). Main process,
-  // before the loader forks. Throws stoker::Error naming the file when one is missing or
-  // unreadable, IdxFormatError when a file is not IDX, is not uint8 images [N, rows, cols] /
-  // labels [N], is cut short or has bytes after its data, or when the image and label files
-  // hold different counts; std::invalid_argument for an image dtype other than kFloat32 or
-  // kUInt8.
+  // before the loader forks; blocks while it reads the files. Throws stoker::Error naming the file
+  // when one is missing or unreadable, IdxFormatError when a file is not IDX, is not uint8 images
+  // [N, rows, cols] / labels [N], is cut short or has bytes after its data, or when the image and
+  // label files hold different counts; std::invalid_argument for an image dtype other than kFloat32
+  // or kUInt8.
   explicit MnistDataset(const std::string& root, Mode mode = Mode::kTrain,
                         MnistOptions options = {});
 
