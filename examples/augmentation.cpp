@@ -8,6 +8,8 @@
 
 #include <stoker/stoker.hpp>
 
+#include "cli.hpp"
+
 namespace {
 
 struct Augmented {
@@ -62,7 +64,11 @@ std::vector<std::vector<std::uint64_t>> run(int workers) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  example::Cli cli(argc, argv,
+                   "usage: augmentation\n  random augmentation with sample_rng(): the same batches "
+                   "for 0 and 2 workers,\n  new ones each epoch.\n  It takes no arguments.");
+  cli.done();
   const auto in_process = run(0);
   const auto two_workers = run(2);
   for (std::size_t epoch = 0; epoch < 2; ++epoch) {

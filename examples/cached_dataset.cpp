@@ -9,6 +9,8 @@
 
 #include <stoker/stoker.hpp>
 
+#include "cli.hpp"
+
 namespace {
 
 struct SlowSource {
@@ -28,7 +30,11 @@ struct SlowSource {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  example::Cli cli(argc, argv,
+                   "usage: cached_dataset\n  CachedDataset: a slow first epoch, fast later ones, "
+                   "with hit and miss counts.\n  It takes no arguments.");
+  cli.done();
   // Main process, before any worker exists: the budget bounds the cached bytes (~450 bytes a
   // sample here, with the cache's own layout); past it, samples come from the source each time.
   stoker::CachedDataset cached(SlowSource{}, std::size_t{8} << 20);

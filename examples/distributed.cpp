@@ -8,6 +8,8 @@
 
 #include <stoker/stoker.hpp>
 
+#include "cli.hpp"
+
 struct Samples {
   std::size_t size() const { return 1000; }
   stoker::Sample get(std::size_t i) const {
@@ -17,7 +19,12 @@ struct Samples {
   }
 };
 
-int main() {
+int main(int argc, char** argv) {
+  example::Cli cli(argc, argv,
+                   "usage: distributed\n  one loader per rank on its DistributedSampler shard; run "
+                   "it under a launcher\n  (mpirun -np 2 distributed, torchrun, srun), or alone as "
+                   "rank 0 of 1.\n  It takes no arguments.");
+  cli.done();
   const stoker::LaunchInfo launch = stoker::detect_launch();
   stoker::DistributedSampler::Options shard;
   shard.shuffle = true;

@@ -20,6 +20,8 @@
 
 #include <stoker/stoker.hpp>
 
+#include "cli.hpp"
+
 namespace {
 
 constexpr std::size_t kFeatures = 4;
@@ -103,7 +105,11 @@ struct Accumulator {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  example::Cli cli(argc, argv,
+                   "usage: gradient_accumulation\n  micro-batches of 8 samples and an optimizer "
+                   "step every 8 of them.\n  It takes no arguments.");
+  cli.done();
   constexpr std::size_t kMicroBatchesPerStep = 8;
   constexpr double kLearningRate = 0.2;
   constexpr int kEpochs = 6;

@@ -14,6 +14,8 @@
 
 #include <stoker/stoker.hpp>
 
+#include "cli.hpp"
+
 namespace {
 
 bool write_image(const std::string& path, std::uint8_t tint) {
@@ -43,7 +45,11 @@ bool write_image(const std::string& path, std::uint8_t tint) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  example::Cli cli(argc, argv,
+                   "usage: image_folder\n  ImageFolderDataset over eight generated images, with "
+                   "random flips.\n  It takes no arguments.");
+  cli.done();
   char dir_template[] = "/tmp/stoker-images-example-XXXXXX";
   const std::string root = mkdtemp(dir_template);
   bool ok = true;

@@ -9,6 +9,8 @@
 
 #include <stoker/stoker.hpp>
 
+#include "cli.hpp"
+
 namespace {
 
 struct Records {
@@ -31,7 +33,11 @@ struct Records {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  example::Cli cli(argc, argv,
+                   "usage: iterable_stream\n  an iterable dataset sharded across two workers.\n  "
+                   "It takes no arguments.");
+  cli.done();
   stoker::LoaderOptions opt;
   opt.batch_size = 64;
   opt.num_workers = 2;  // shuffle and samplers do not apply: a stream has no indices

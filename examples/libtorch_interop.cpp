@@ -9,6 +9,8 @@
 
 #include <stoker/stoker.hpp>
 
+#include "cli.hpp"
+
 namespace {
 
 // y = 3 x0 - 2 x1 + 1, with x = (i % 17, i % 5) / 10.
@@ -30,7 +32,11 @@ torch::Tensor as_torch(const stoker::Tensor& t) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  example::Cli cli(argc, argv,
+                   "usage: libtorch_interop\n  batches into libtorch through DLPack, without a "
+                   "copy.\n  It takes no arguments.");
+  cli.done();
   stoker::LoaderOptions opt;
   opt.batch_size = 128;
   opt.num_workers = 2;

@@ -16,7 +16,13 @@
 
 #include <stoker/stoker.hpp>
 
-int main() {
+#include "cli.hpp"
+
+int main(int argc, char** argv) {
+  example::Cli cli(argc, argv,
+                   "usage: npy_memmap\n  NpyDataset over a sparse 120 GB .npy file, served with a "
+                   "few MB of memory.\n  It takes no arguments.");
+  cli.done();
   constexpr std::int64_t kRows = 200000;
   constexpr std::size_t kRowFloats = 3 * 224 * 224;
   const std::vector<std::size_t> written = {0, 4242, 123456, 199999};  // row i holds i + 0.5

@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 #include <stoker/stoker.hpp>
 
+#include "cli.hpp"
+
 namespace {
 
 // 2,048 samples of float32[3, 64, 64] with a little work per sample.
@@ -30,7 +32,14 @@ struct Images {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string trace = argc > 1 ? argv[1] : "/tmp/stoker-observe-trace.json";
+  example::Cli cli(
+      argc, argv,
+      "usage: observe [TRACE_FILE]\n"
+      "  loader.stats() after each epoch, diagnose() on them, the periodic health line\n"
+      "  (run with STOKER_LOG=info) and a Chrome trace of every batch written to\n"
+      "  TRACE_FILE (default /tmp/stoker-observe-trace.json).");
+  const std::string trace = cli.positional("/tmp/stoker-observe-trace.json");
+  cli.done();
   stoker::LoaderOptions opt;
   opt.batch_size = 64;
   opt.num_workers = 2;

@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 #include <stoker/stoker.hpp>
 
+#include "cli.hpp"
+
 namespace {
 
 struct Images {
@@ -26,7 +28,11 @@ struct Images {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  example::Cli cli(argc, argv,
+                   "usage: pinned_memory\n  page-locked batches: pin_memory with "
+                   "PinMode::kRegister and kCopy.\n  It takes no arguments.");
+  cli.done();
   // One allocator for the process, with an explicit budget (the default is half of MemAvailable,
   // or RLIMIT_MEMLOCK for mlock without CAP_IPC_LOCK).
   auto pinned =

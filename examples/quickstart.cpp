@@ -4,6 +4,8 @@
 
 #include <stoker/stoker.hpp>
 
+#include "cli.hpp"
+
 struct Squares {
   std::size_t size() const { return 1000; }
   stoker::Sample get(std::size_t i) {  // runs in a worker process
@@ -15,7 +17,11 @@ struct Squares {
   }
 };
 
-int main() {
+int main(int argc, char** argv) {
+  example::Cli cli(argc, argv,
+                   "usage: quickstart\n  the README's example: a dataset with size() and get(i), "
+                   "two workers.\n  It takes no arguments.");
+  cli.done();
   stoker::LoaderOptions opt;
   opt.batch_size = 64;
   opt.num_workers = 2;

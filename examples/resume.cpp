@@ -8,6 +8,8 @@
 
 #include <stoker/stoker.hpp>
 
+#include "cli.hpp"
+
 struct Noisy {
   std::size_t size() const { return 100; }
   stoker::Sample get(std::size_t i) const {
@@ -29,7 +31,11 @@ stoker::LoaderOptions options(int workers) {
 
 double first_value(const stoker::Batch& batch) { return batch["x"].data<double>()[0]; }
 
-int main() {
+int main(int argc, char** argv) {
+  example::Cli cli(argc, argv,
+                   "usage: resume\n  a checkpointed loader state resumed with another "
+                   "num_workers.\n  It takes no arguments.");
+  cli.done();
   // What an uninterrupted epoch delivers.
   std::vector<double> reference;
   {

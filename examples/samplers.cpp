@@ -9,6 +9,8 @@
 
 #include <stoker/stoker.hpp>
 
+#include "cli.hpp"
+
 namespace {
 
 constexpr std::size_t kN = 1000;
@@ -80,7 +82,11 @@ Summary run(const char* name, stoker::LoaderOptions opt) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  example::Cli cli(argc, argv,
+                   "usage: samplers\n  a WeightedRandomSampler and a length-bucketing batch "
+                   "sampler with collate_ragged.\n  It takes no arguments.");
+  cli.done();
   constexpr double kClassSize[3] = {900, 90, 10};
   std::vector<double> weights(kN);  // 1 / class size: each class gets a third of the draws
   for (std::size_t i = 0; i < kN; ++i) weights[i] = 1.0 / kClassSize[label_of(i)];

@@ -7,7 +7,13 @@
 
 #include <stoker/stoker.hpp>
 
-int main() {
+#include "cli.hpp"
+
+int main(int argc, char** argv) {
+  example::Cli cli(argc, argv,
+                   "usage: tensor_dataset\n  TensorDataset with a shuffled two-worker loader.\n  "
+                   "It takes no arguments.");
+  cli.done();
   constexpr std::int64_t kRows = 1000;
   constexpr std::int64_t kFeatures = 8;
   // Row i: x = {i, i + 0.1, ..., i + 0.7}, y = i % 3.

@@ -12,6 +12,8 @@
 
 #include <stoker/stoker.hpp>
 
+#include "cli.hpp"
+
 namespace {
 
 // Token k of shard s is (s * 1000 + 7 * k) % 50257, below GPT-2's vocabulary size.
@@ -34,7 +36,11 @@ std::string write_shard(const std::string& dir, std::size_t s, std::size_t token
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  example::Cli cli(
+      argc, argv,
+      "usage: token_shards\n  TokenDataset over two llm.c token shards.\n  It takes no arguments.");
+  cli.done();
   char dir_template[] = "/tmp/stoker-tokens-example-XXXXXX";
   const std::string dir = mkdtemp(dir_template);
   const std::vector<std::string> shards = {write_shard(dir, 0, 200000),

@@ -12,11 +12,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include <stoker/stoker.hpp>
+
+#include "cli.hpp"
 
 namespace {
 
@@ -133,33 +134,32 @@ struct Model {
   }
 };
 
-int arg_int(int argc, char** argv, const char* name, int fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
-  }
-  return fallback;
-}
-
-bool arg_flag(int argc, char** argv, const char* name) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   using Clock = std::chrono::steady_clock;
+  example::Cli cli(
+      argc, argv,
+      "usage: train_loop [--samples N] [--work-us U] [--epochs E] [--batch B]\n"
+      "                  [--workers W] [--persistent]\n"
+      "  a softmax classifier trained on synthetic 32x32 images; per epoch, the\n"
+      "  throughput, how long the loop waited for data, the loss and accuracy\n"
+      "  --samples N   images in the dataset (default 20000)\n"
+      "  --work-us U   extra CPU work per sample in get(), in microseconds (default 0)\n"
+      "  --epochs E    epochs (default 3)\n"
+      "  --batch B     batch_size (default 128)\n"
+      "  --workers W   num_workers (default 2; -1 is kAuto)\n"
+      "  --persistent  persistent_workers");
   SyntheticImages dataset;
-  dataset.n = static_cast<std::size_t>(arg_int(argc, argv, "--samples", 20000));
-  dataset.work_ns = 1000L * arg_int(argc, argv, "--work-us", 0);
-  const int epochs = arg_int(argc, argv, "--epochs", 3);
+  dataset.n = static_cast<std::size_t>(cli.number("--samples", 20000, 1, 100000000));
+  dataset.work_ns = 1000L * cli.number("--work-us", 0, 0, 10000000);
+  const int epochs = static_cast<int>(cli.number("--epochs", 3, 1, 10000));
 
   stoker::LoaderOptions opt;
-  opt.batch_size = static_cast<std::size_t>(arg_int(argc, argv, "--batch", 128));
-  opt.num_workers = arg_int(argc, argv, "--workers", 2);
-  opt.persistent_workers = arg_flag(argc, argv, "--persistent");
+  opt.batch_size = static_cast<std::size_t>(cli.number("--batch", 128, 1, 1 << 20));
+  opt.num_workers = static_cast<int>(cli.number("--workers", 2, stoker::kAuto, 1024));
+  opt.persistent_workers = cli.flag("--persistent");
+  cli.done();
   opt.shuffle = true;
   opt.seed = 0;
   try {

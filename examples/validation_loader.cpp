@@ -21,6 +21,8 @@
 
 #include <stoker/stoker.hpp>
 
+#include "cli.hpp"
+
 namespace {
 
 std::uint64_t mix(std::uint64_t x) {
@@ -139,7 +141,11 @@ bool held_batches(const Points& val_set) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  example::Cli cli(argc, argv,
+                   "usage: validation_loader\n  a training and a validation loader side by side, "
+                   "and the pitfall of\n  keeping batches.\n  It takes no arguments.");
+  cli.done();
   const Points train_set{4096, 0};
   const Points val_set{1000, 1u << 20};
 

@@ -52,12 +52,13 @@ struct Args {
   std::string command;
 };
 
+constexpr const char* kUsage =
+    "usage: stoker-bench --workload {tiny,image,cpu,folder,tokens} [--data PATH] --workers N "
+    "--epochs E --warmup W [--persistent] [--prefetch P] [--samples S] [--no-stats] "
+    "[--consumer-us U]\n       stoker-bench --memcpy\n";
+
 [[noreturn]] void usage(const std::string& problem) {
-  std::fprintf(stderr,
-               "stoker-bench: %s\nusage: stoker-bench --workload {tiny,image,cpu,folder,tokens} "
-               "[--data PATH] --workers N --epochs E --warmup W [--persistent] [--prefetch P] "
-               "[--samples S] [--no-stats] [--consumer-us U]\n       stoker-bench --memcpy\n",
-               problem.c_str());
+  std::fprintf(stderr, "stoker-bench: %s\n%s", problem.c_str(), kUsage);
   std::exit(2);
 }
 
@@ -108,7 +109,8 @@ Args parse(int argc, char** argv) {
     } else if (flag == "--memcpy") {
       a.memcpy_only = true;
     } else if (flag == "--help" || flag == "-h") {
-      usage("help");
+      std::fputs(kUsage, stdout);
+      std::exit(0);
     } else {
       usage("unknown option " + flag);
     }

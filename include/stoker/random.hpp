@@ -57,4 +57,10 @@ class Generator {
 // within one get() returns the same generator, advancing. Throws std::logic_error outside get().
 Generator& sample_rng();
 
+// Inside a dataset's get(i) or next(), as sample_rng(): the epoch of the sample being loaded
+// (the loader's epoch; 0 while the loader measures sample sizes for its memory estimate). What
+// a dataset whose mapping changes each epoch (MixtureDataset) keys it on, since get(i) is not
+// told the epoch. Either process; never blocks. Throws std::logic_error outside get().
+std::uint64_t current_epoch();
+
 }  // namespace stoker

@@ -113,4 +113,13 @@ Generator& sample_rng() {
   return s.generator;
 }
 
+std::uint64_t current_epoch() {
+  if (!detail::g_sample.active) {
+    throw std::logic_error(
+        "stoker::current_epoch: called outside a dataset's get(); it is the epoch of the "
+        "sample being loaded");
+  }
+  return detail::g_sample.epoch;
+}
+
 }  // namespace stoker

@@ -5,6 +5,9 @@
   check_program.py log REGEX <program> ARGS...     exits 0, and REGEX matches its stdout or stderr
   check_program.py trace PATH <program> ARGS...    exits 0, and PATH (removed first) is a Chrome
                                                    trace: JSON, a list of events with batch spans
+  check_program.py cli <program>                   `--help` exits 0 with "usage: <name>" on
+                                                   stdout; an unknown flag exits 2 and stderr
+                                                   names it
 
 Prints what it ran and why it failed; exits 1 on a failed check, 2 on bad arguments.
 """
@@ -73,6 +76,26 @@ def check_trace(path, command):
     print(f"check_program: {path}: {len(events)} events, {len(spans)} batch spans")
 
 
+def check_cli(program):
+    name = os.path.basename(program)
+    print(f"check_program: running {program} --help", flush=True)
+    done = subprocess.run([program, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=60)
+    if done.returncode != 0:
+        fail(f"{name} --help exited with {done.returncode}", done.stdout + done.stderr)
+    if f"usage: {name}" not in done.stdout:
+        fail(f"{name} --help printed no 'usage: {name}' on stdout", done.stdout + done.stderr)
+    bogus = "--no-such-flag-xyzzy"
+    print(f"check_program: running {program} {bogus}", flush=True)
+    done = subprocess.run([program, bogus], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=60)
+    if done.returncode != 2:
+        fail(f"{name} {bogus} exited with {done.returncode}, not 2", done.stdout + done.stderr)
+    if bogus not in done.stderr:
+        fail(f"{name} {bogus}: stderr does not name the flag", done.stdout + done.stderr)
+    print(f"check_program: {name}: --help prints its usage; {bogus} is refused with exit 2")
+
+
 def main(argv):
     if len(argv) >= 3 and argv[1] == "bench":
         check_bench(argv[2:])
@@ -80,6 +103,8 @@ def main(argv):
         check_log(argv[2], argv[3:])
     elif len(argv) >= 4 and argv[1] == "trace":
         check_trace(argv[2], argv[3:])
+    elif len(argv) == 3 and argv[1] == "cli":
+        check_cli(argv[2])
     else:
         print(__doc__)
         sys.exit(2)
