@@ -70,6 +70,11 @@ class TarBuilder {
     bytes[offset + 5] = static_cast<std::byte>(std::to_integer<int>(bytes[offset + 5]) + 1);
     return *this;
   }
+  // Breaks the checksum of the header block at `offset` in its mode field, leaving the name.
+  TarBuilder& corrupt_mode(std::size_t offset) {
+    bytes[offset + 101] = static_cast<std::byte>('7');
+    return *this;
+  }
   std::size_t size() const { return bytes.size(); }
 
   std::vector<std::byte> bytes;

@@ -282,6 +282,33 @@ TEST_CASE("TarSampleReader: whose is a damaged stretch", "[tar]") {
     REQUIRE(s[2].key == "b");
     REQUIRE(s[3].key == "c");
   }
+  SECTION("the first header of a sample, its name still readable: that sample is bad") {
+    TarBuilder t;
+    t.file("a.jpg", "A").file("a.cls", "0");
+    const std::size_t bad = t.size();
+    t.file("b.jpg", "B").file("b.cls", "1").file("c.jpg", "C").end();
+    t.corrupt_mode(bad);
+    const std::vector<TarSample> s = samples(t.bytes);
+    REQUIRE(s.size() == 3);
+    REQUIRE_FALSE(s[0].damage);
+    REQUIRE(s[1].key == "b");
+    REQUIRE(s[1].damage);
+    REQUIRE(s[1].offset == bad);
+    REQUIRE(s[1].damage->name_hint == "b.jpg");
+    REQUIRE_FALSE(s[2].damage);
+  }
+  SECTION("the last header of a sample, its name still readable: that sample is bad") {
+    TarBuilder t;
+    t.file("a.jpg", "A");
+    const std::size_t bad = t.size();
+    t.file("a.cls", "0").file("b.jpg", "B").end();
+    t.corrupt_mode(bad);
+    const std::vector<TarSample> s = samples(t.bytes);
+    REQUIRE(s.size() == 2);
+    REQUIRE(s[0].damage);
+    REQUIRE(s[0].offset == 0);
+    REQUIRE_FALSE(s[1].damage);
+  }
   SECTION("inside a sample: that sample is the bad record") {
     TarBuilder t;
     t.file("a.jpg", "A");
