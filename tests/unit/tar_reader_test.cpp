@@ -11,6 +11,7 @@
 
 #include "datasets/shards/byte_source.hpp"
 #include "datasets/shards/tar_reader.hpp"
+#include "stoker/random.hpp"
 #include "support/tar_builder.hpp"
 
 using namespace stoker;
@@ -340,5 +341,45 @@ TEST_CASE("TarSampleReader: whose is a damaged stretch", "[tar]") {
     REQUIRE(s.size() == 2);
     REQUIRE(s[1].damage->problem == TarProblem::kTruncated);
     REQUIRE(s[1].key == "b");
+  }
+}
+
+TEST_CASE("mutated archives are parsed or reported, never read outside their bytes",
+          "[tar][fuzz]") {
+  TarBuilder t;
+  t.file("a/0.jpg", std::string(700, 'j')).file("a/0.cls", "3");
+  t.pax("a/" + std::string(130, 'l') + ".txt").file("x", "pax");
+  t.long_name("b/" + std::string(120, 'g') + ".bin").file("y", "gnu");
+  t.file("a/1.jpg", "J").end();
+  stoker::Generator rng(1234);
+  for (int round = 0; round < 3000; ++round) {
+    std::vector<std::byte> bytes = t.bytes;
+    const int edits = 1 + static_cast<int>(rng.below(8));
+    for (int e = 0; e < edits; ++e) {
+      const std::size_t at = static_cast<std::size_t>(rng.below(bytes.size()));
+      switch (rng.below(3)) {
+        case 0:
+          bytes[at] = static_cast<std::byte>(rng.below(256));
+          break;
+        case 1:  // an octal digit in a header's size field
+          bytes[at / 512 * 512 + 124 + rng.below(11)] = static_cast<std::byte>('0' + rng.below(8));
+          break;
+        default:
+          bytes.resize(at);
+          break;
+      }
+      if (bytes.empty()) break;
+    }
+    const std::vector<TarSample> got = samples(bytes);
+    for (const TarSample& s : got) {
+      REQUIRE(s.offset <= bytes.size());
+      if (s.damage) continue;  // a bad record: its members are not used
+      for (const TarSample::Member& m : s.members) {
+        REQUIRE(m.data_offset <= bytes.size());
+        REQUIRE(m.size <= bytes.size() - m.data_offset);
+        if (m.stored) REQUIRE(m.stored_at + m.size <= s.storage.size());
+      }
+    }
+    REQUIRE(samples(bytes, false).size() == got.size());  // numbered alike, read or not
   }
 }

@@ -447,20 +447,23 @@ void TarSampleReader::take_member(TarSample& out, bool read_bytes) {
   member.size = m.size;
   const bool want = read_bytes && !out.damage && wants_ != nullptr && wants_(context_, field);
   if (want) {
-    if (m.size > out.storage.max_size() - out.storage.size()) {
-      out.damage = TarDamage{TarProblem::kBadNumber, m.header_offset, m.data_offset,
-                             fmt::format("a member of {} bytes", m.size), false, {}};
-    } else {
-      member.stored_at = out.storage.size();
-      out.storage.resize(out.storage.size() + static_cast<std::size_t>(m.size));
+    // In pieces, so a damaged size field cannot make it allocate more than the stream holds.
+    constexpr std::uint64_t kPiece = 1 << 20;
+    member.stored_at = out.storage.size();
+    std::uint64_t left = m.size;
+    member.stored = true;
+    while (left > 0) {
+      const auto piece = static_cast<std::size_t>(std::min(left, kPiece));
+      const std::size_t at = out.storage.size();
+      out.storage.resize(at + piece);
       TarDamage damage;
-      if (!scanner_.read_data(std::span<std::byte>(out.storage).subspan(member.stored_at),
-                              damage)) {
+      if (!scanner_.read_data(std::span<std::byte>(out.storage).subspan(at), damage)) {
         damage.offset = m.header_offset;
         out.damage = std::move(damage);
-      } else {
-        member.stored = true;
+        member.stored = false;
+        break;
       }
+      left -= piece;
     }
   }
   out.members.push_back(std::move(member));

@@ -97,8 +97,9 @@ class TarScanner {
   // it), a damaged stretch (already passed), or the end (two zero blocks, or the stream's end
   // at a block boundary). Throws what the source throws.
   Step next(TarMember& member, TarDamage& damage);
-  // Reads the current member's data (all of it, once). False when the stream ended first:
-  // then `damage` is the truncation, and the next call of next() returns kEnd.
+  // Reads the next dst.size() bytes of the current member's data (in one call or several).
+  // False when the stream ended first: then `damage` is the truncation, and the next call of
+  // next() returns kEnd.
   bool read_data(std::span<std::byte> dst, TarDamage& damage);
   std::uint64_t position() const noexcept { return pos_; }
 
