@@ -4,6 +4,7 @@
 // batches on every rank from shards of unequal sizes; compressed shards and pipes; damaged and
 // truncated shards.
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -130,6 +131,11 @@ std::vector<std::int64_t> iota(std::int64_t n) {
 void write_text(const std::string& path, const std::string& text) {
   fs::create_directories(fs::path(path).parent_path());
   std::ofstream(path, std::ios::binary) << text;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 std::string field_string(const Sample& s, std::string_view name) {
@@ -604,3 +610,61 @@ TEST_CASE("ragged text fields collate with collate_ragged", "[webdataset]") {
   }
   REQUIRE(n == 12);
 }
+
+#ifdef STOKER_SHARD_TOOL
+TEST_CASE("stoker-shard packs an image folder into shards that read back exactly",
+          "[webdataset][tools]") {
+  TempDir tmp("tool");
+  std::map<std::string, std::string> files;  // relative path -> bytes
+  for (int c = 0; c < 3; ++c) {
+    for (int i = 0; i < 9; ++i) {
+      const std::string ext = i % 3 == 0 ? "png" : i % 3 == 1 ? "jpg" : "JPEG";
+      const std::string rel = "class" + std::to_string(c) + "/im." + std::to_string(i) + "." + ext;
+      files[rel] = std::string(static_cast<std::size_t>(300 + 97 * i + c), static_cast<char>(c * 16 + i));
+      write_text(tmp.path + "/images/" + rel, files[rel]);
+    }
+  }
+  write_text(tmp.path + "/images/class1/notes.txt", "not an image");
+  fs::create_directories(tmp.path + "/out");
+  const std::string tool = STOKER_SHARD_TOOL;
+  const std::string command = tool + " --images " + tmp.path + "/images --output " + tmp.path +
+                              "/out/train-%04d.tar --shard-size 4K --shuffle --seed 3 --quiet";
+  REQUIRE(std::system(command.c_str()) == 0);
+  REQUIRE(read_file(tmp.path + "/out/classes.txt") == "class0\nclass1\nclass2\n");
+  std::vector<std::string> shards;
+  for (int n = 0; fs::exists(fmt::format("{}/out/train-{:04}.tar", tmp.path, n)); ++n) {
+    shards.push_back(fmt::format("{}/out/train-{:04}.tar", tmp.path, n));
+    REQUIRE(fs::exists(shards.back() + ".idx"));
+  }
+  REQUIRE(shards.size() > 3);
+  ShardOptions raw;
+  raw.decoders = FieldDecoders();
+  raw.decoders.set("cls", &decode_int_field);
+  WebDatasetShards ds(shards, raw);
+  REQUIRE(ds.size() == 27);
+  std::multiset<std::string> seen;
+  for (std::size_t i = 0; i < ds.size(); ++i) {
+    const Sample s = ds.get(i);
+    REQUIRE(s.size() == 2);
+    const std::string ext = s.fields()[0].first;
+    const std::string bytes = field_string(s, ext);
+    const std::int64_t label = s["cls"].item<std::int64_t>();
+    bool found = false;
+    for (const auto& [rel, content] : files) {
+      if (content == bytes && rel.rfind("class" + std::to_string(label) + "/", 0) == 0) {
+        REQUIRE(rel.substr(rel.rfind('.') + 1) == (ext == "jpeg" ? "JPEG" : ext));
+        found = true;
+      }
+    }
+    REQUIRE(found);
+    seen.insert(bytes);
+  }
+  REQUIRE(seen.size() == 27);
+  // --help prints the usage; an unknown flag is refused with it.
+  REQUIRE(std::system((tool + " --help > " + tmp.path + "/help.txt").c_str()) == 0);
+  REQUIRE_THAT(read_file(tmp.path + "/help.txt"), Catch::StartsWith("usage: stoker-shard"));
+  const int rc = std::system((tool + " --images x --output y --bogus 2> " + tmp.path + "/err.txt").c_str());
+  REQUIRE(WEXITSTATUS(rc) == 2);
+  REQUIRE_THAT(read_file(tmp.path + "/err.txt"), Catch::Contains("unknown option '--bogus'"));
+}
+#endif
