@@ -26,7 +26,7 @@
 namespace stoker::detail {
 namespace {
 
-constexpr std::size_t kBufferBytes = 256 * 1024;
+constexpr std::size_t kBufferBytes = 1024 * 1024;  // as dd bs=1M reads
 
 [[noreturn]] void throw_errno(std::string_view who, std::string_view what, const std::string& name,
                               int err) {

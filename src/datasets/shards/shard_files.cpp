@@ -15,6 +15,9 @@ namespace stoker::detail {
 namespace {
 constexpr std::size_t kFirstReadahead = 64 * 1024;
 constexpr std::size_t kMaxReadahead = 1024 * 1024;
+// A read starting at most this far past the previous one's end counts as sequential: the next
+// record of a tar shard starts after its header and padding.
+constexpr std::uint64_t kSequentialGap = 16 * 1024;
 }  // namespace
 
 ShardFiles::ShardFiles(std::size_t max_open) : max_open_(max_open) {
@@ -58,7 +61,8 @@ std::span<const std::byte> ShardFiles::read(std::size_t shard, const std::string
     return std::span<const std::byte>(window_).subspan(
         static_cast<std::size_t>(offset - window_begin_), size);
   }
-  const bool sequential = shard == window_shard_ && offset == last_end_;
+  const bool sequential =
+      shard == window_shard_ && offset >= last_end_ && offset - last_end_ <= kSequentialGap;
   readahead_ = sequential ? std::min(std::max(readahead_ * 2, kFirstReadahead), kMaxReadahead) : 0;
   const std::size_t want = std::max(size, readahead_);
   if (window_.size() < want) window_.resize(want);
