@@ -35,11 +35,17 @@ constexpr const char* kUsage =
     "  --tiny N          tiny-record shards to write and read: N records of 100 bytes\n"
     "                    (default 200000; 0: skip)\n"
     "  --scratch DIR     where the tiny-record shards go (default /tmp/stoker-bench-shards)\n"
+    "  --repeats N       interleaved runs of dd and the reader alone (default 5; medians)\n"
     "  --warm            do not drop the page cache\n";
 
 [[noreturn]] void usage_error(const std::string& what) {
   std::fprintf(stderr, "shard_bench: %s\n%s", what.c_str(), kUsage);
   std::exit(2);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
 double seconds_since(Clock::time_point t) {
@@ -123,6 +129,11 @@ Run run_epoch(D dataset, const stoker::LoaderOptions& opt) {
   return r;
 }
 
+Run median_run(std::vector<Run> runs) {
+  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.seconds < b.seconds; });
+  return runs[runs.size() / 2];
+}
+
 void print_run(const char* what, const Run& r) {
   std::printf("  %-44s %8.0f samples/s  %8.1f MiB/s  (%zu samples, %.2f s)\n", what,
               static_cast<double>(r.samples) / r.seconds,
@@ -137,6 +148,7 @@ int main(int argc, char** argv) {
   int workers = 2;
   std::size_t tiny = 200000;
   std::string scratch = "/tmp/stoker-bench-shards";
+  int repeats = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     auto value = [&]() -> std::string {
@@ -154,6 +166,8 @@ int main(int argc, char** argv) {
       workers = std::atoi(value().c_str());
     } else if (flag == "--tiny") {
       tiny = static_cast<std::size_t>(std::atol(value().c_str()));
+    } else if (flag == "--repeats") {
+      repeats = std::max(1, std::atoi(value().c_str()));
     } else if (flag == "--scratch") {
       scratch = value();
     } else if (flag == "--warm") {
@@ -188,39 +202,75 @@ int main(int argc, char** argv) {
     opt.collate = stoker::collate_ragged({"data"});
     opt.check_memory = false;
 
-    // dd of the shard files, the reference for the reader's bytes/s.
-    drop_caches();
-    auto start = Clock::now();
-    for (const std::string& s : shards) {
-      const std::string command = "dd if=" + s + " of=/dev/null bs=1M status=none";
-      if (std::system(command.c_str()) != 0) throw stoker::Error("dd failed on " + s);
-    }
-    const double dd_seconds = seconds_since(start);
-    const double dd_rate = static_cast<double>(shard_bytes) / dd_seconds;
-
     stoker::LoaderOptions shuffled = opt;
     shuffled.shuffle = true;
-    const Run loose_shuffled = run_epoch(loose, shuffled);
-    const Run loose_sequential = run_epoch(loose, opt);
     stoker::StreamOptions so;
     so.shuffle_buffer = 256;
-    const Run streamed = run_epoch(stoker::WebDatasetShards::stream(shards, so, raw), opt);
-    const Run mapped = run_epoch(map, opt);
-    const Run mapped_shuffled = run_epoch(map, shuffled);
-    print_run("loose files, shuffled", loose_shuffled);
-    print_run("loose files, directory order", loose_sequential);
-    print_run("tar shards, streamed (shuffle buffer 256)", streamed);
-    print_run("tar shards, map-style, sequential", mapped);
-    print_run("tar shards, map-style, shuffled", mapped_shuffled);
-    const double stream_file_rate = static_cast<double>(shard_bytes) / streamed.seconds;
-    const double map_file_rate = static_cast<double>(shard_bytes) / mapped.seconds;
-    std::printf("  dd bs=1M of the shard files: %.1f MiB/s; shard reader: streamed %.1f MiB/s "
-                "(%.0f%% of dd), map-style sequential %.1f MiB/s (%.0f%% of dd)\n",
-                dd_rate / (1 << 20), stream_file_rate / (1 << 20), 100 * stream_file_rate / dd_rate,
+    // Every measurement `repeats` times, interleaved (a virtual disk's speed wanders): the
+    // medians. The reader alone runs in this process (no DataLoader, no batches). Rates in
+    // bytes/s are the files' bytes over the time, as dd's is.
+    std::vector<double> dd_rates;
+    std::vector<double> stream_rates;
+    std::vector<double> map_rates;
+    std::vector<Run> loose_shuffled;
+    std::vector<Run> loose_sequential;
+    std::vector<Run> streamed;
+    std::vector<Run> mapped;
+    std::vector<Run> mapped_shuffled;
+    for (int rep = 0; rep < repeats; ++rep) {
+      drop_caches();
+      auto start = Clock::now();
+      for (const std::string& s : shards) {
+        const std::string command = "dd if=" + s + " of=/dev/null bs=1M status=none";
+        if (std::system(command.c_str()) != 0) throw stoker::Error("dd failed on " + s);
+      }
+      dd_rates.push_back(static_cast<double>(shard_bytes) / seconds_since(start));
+      drop_caches();
+      start = Clock::now();
+      {
+        stoker::ShardedStream alone = stoker::WebDatasetShards::stream(shards, so, raw);
+        while (alone.next()) {
+        }
+      }
+      stream_rates.push_back(static_cast<double>(shard_bytes) / seconds_since(start));
+      drop_caches();
+      start = Clock::now();
+      {
+        stoker::WebDatasetShards alone(shards, raw);
+        for (std::size_t i = 0; i < alone.size(); ++i) (void)alone.get(i);
+      }
+      map_rates.push_back(static_cast<double>(shard_bytes) / seconds_since(start));
+      loose_shuffled.push_back(run_epoch(loose, shuffled));
+      loose_sequential.push_back(run_epoch(loose, opt));
+      streamed.push_back(run_epoch(stoker::WebDatasetShards::stream(shards, so, raw), opt));
+      mapped.push_back(run_epoch(map, opt));
+      mapped_shuffled.push_back(run_epoch(map, shuffled));
+    }
+    const double dd_rate = median(dd_rates);
+    const double stream_alone = median(stream_rates);
+    const double map_alone = median(map_rates);
+    std::printf("  medians of %d interleaved runs:\n", repeats);
+    print_run("loose files, shuffled", median_run(loose_shuffled));
+    print_run("loose files, directory order", median_run(loose_sequential));
+    print_run("tar shards, streamed (shuffle buffer 256)", median_run(streamed));
+    print_run("tar shards, map-style, sequential", median_run(mapped));
+    print_run("tar shards, map-style, shuffled", median_run(mapped_shuffled));
+    const double stream_file_rate = static_cast<double>(shard_bytes) / median_run(streamed).seconds;
+    const double map_file_rate = static_cast<double>(shard_bytes) / median_run(mapped).seconds;
+    std::printf("  dd bs=1M of the shard files: %.1f MiB/s\n", dd_rate / (1 << 20));
+    std::printf("  shard reader alone (one process): streamed %.1f MiB/s (%.0f%% of dd), "
+                "map-style sequential %.1f MiB/s (%.0f%% of dd)\n",
+                stream_alone / (1 << 20), 100 * stream_alone / dd_rate, map_alone / (1 << 20),
+                100 * map_alone / dd_rate);
+    std::printf("  through the DataLoader (%d workers): streamed %.1f MiB/s (%.0f%% of dd), "
+                "map-style sequential %.1f MiB/s (%.0f%% of dd)\n",
+                workers, stream_file_rate / (1 << 20), 100 * stream_file_rate / dd_rate,
                 map_file_rate / (1 << 20), 100 * map_file_rate / dd_rate);
+    const Run st = median_run(streamed);
+    const Run ls = median_run(loose_shuffled);
     std::printf("  streamed shards vs shuffled loose files: %.2fx the samples/s\n",
-                (static_cast<double>(streamed.samples) / streamed.seconds) /
-                    (static_cast<double>(loose_shuffled.samples) / loose_shuffled.seconds));
+                (static_cast<double>(st.samples) / st.seconds) /
+                    (static_cast<double>(ls.samples) / ls.seconds));
 
     if (tiny > 0) {
       std::system(("mkdir -p " + scratch).c_str());
@@ -246,7 +296,7 @@ int main(int argc, char** argv) {
       bin.fields = {stoker::FieldSpec{"bin", "data", {}}};
       stoker::WebDatasetShards ds(tiny_shards, bin);
       for (std::size_t i = 0; i < ds.size(); ++i) (void)ds.get(i);  // warm the page cache
-      start = Clock::now();
+      auto start = Clock::now();
       std::uint64_t sum = 0;
       for (std::size_t i = 0; i < ds.size(); ++i) {
         sum += ds.get(i)["data"].data<std::uint8_t>()[7];

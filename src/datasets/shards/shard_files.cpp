@@ -91,6 +91,12 @@ std::span<const std::byte> ShardFiles::read(std::size_t shard, const std::string
   window_begin_ = offset;
   window_bytes_ = done;
   last_end_ = offset + size;
+  if (sequential && readahead_ == kMaxReadahead) {
+    // Reading front to back: ask the kernel for the next window now, so the disk works while
+    // this one is used (on a cold page cache a window otherwise waits for its own read).
+    (void)::posix_fadvise(descriptor, static_cast<off_t>(offset + done),
+                          static_cast<off_t>(kMaxReadahead), POSIX_FADV_WILLNEED);
+  }
   return std::span<const std::byte>(window_).first(size);
 }
 
