@@ -99,8 +99,8 @@ struct LooseFiles {
   stoker::Sample get(std::size_t i) const {
     std::ifstream in(paths[i], std::ios::binary | std::ios::ate);
     const auto n = static_cast<std::size_t>(in.tellg());
-    stoker::Tensor t = stoker::Tensor::empty(stoker::DType::kUInt8,
-                                             stoker::Shape{static_cast<std::int64_t>(n)});
+    stoker::Tensor t =
+        stoker::Tensor::empty(stoker::DType::kUInt8, stoker::Shape{static_cast<std::int64_t>(n)});
     in.seekg(0);
     in.read(reinterpret_cast<char*>(t.raw_data()), static_cast<std::streamsize>(n));
     stoker::Sample s;
@@ -130,7 +130,8 @@ Run run_epoch(D dataset, const stoker::LoaderOptions& opt) {
 }
 
 Run median_run(std::vector<Run> runs) {
-  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.seconds < b.seconds; });
+  std::sort(runs.begin(), runs.end(),
+            [](const Run& a, const Run& b) { return a.seconds < b.seconds; });
   return runs[runs.size() / 2];
 }
 
@@ -193,8 +194,8 @@ int main(int argc, char** argv) {
     }
     drop_caches();
     std::printf("shards benchmark: %zu loose images, %zu shards (%.1f MiB), %d workers; %s\n",
-                loose.size(), shards.size(), static_cast<double>(shard_bytes) / (1 << 20),
-                workers, g_cold ? "cold page cache before each run" : g_cold_note.c_str());
+                loose.size(), shards.size(), static_cast<double>(shard_bytes) / (1 << 20), workers,
+                g_cold ? "cold page cache before each run" : g_cold_note.c_str());
 
     stoker::LoaderOptions opt;
     opt.batch_size = 64;
@@ -258,14 +259,16 @@ int main(int argc, char** argv) {
     const double stream_file_rate = static_cast<double>(shard_bytes) / median_run(streamed).seconds;
     const double map_file_rate = static_cast<double>(shard_bytes) / median_run(mapped).seconds;
     std::printf("  dd bs=1M of the shard files: %.1f MiB/s\n", dd_rate / (1 << 20));
-    std::printf("  shard reader alone (one process): streamed %.1f MiB/s (%.0f%% of dd), "
-                "map-style sequential %.1f MiB/s (%.0f%% of dd)\n",
-                stream_alone / (1 << 20), 100 * stream_alone / dd_rate, map_alone / (1 << 20),
-                100 * map_alone / dd_rate);
-    std::printf("  through the DataLoader (%d workers): streamed %.1f MiB/s (%.0f%% of dd), "
-                "map-style sequential %.1f MiB/s (%.0f%% of dd)\n",
-                workers, stream_file_rate / (1 << 20), 100 * stream_file_rate / dd_rate,
-                map_file_rate / (1 << 20), 100 * map_file_rate / dd_rate);
+    std::printf(
+        "  shard reader alone (one process): streamed %.1f MiB/s (%.0f%% of dd), "
+        "map-style sequential %.1f MiB/s (%.0f%% of dd)\n",
+        stream_alone / (1 << 20), 100 * stream_alone / dd_rate, map_alone / (1 << 20),
+        100 * map_alone / dd_rate);
+    std::printf(
+        "  through the DataLoader (%d workers): streamed %.1f MiB/s (%.0f%% of dd), "
+        "map-style sequential %.1f MiB/s (%.0f%% of dd)\n",
+        workers, stream_file_rate / (1 << 20), 100 * stream_file_rate / dd_rate,
+        map_file_rate / (1 << 20), 100 * map_file_rate / dd_rate);
     const Run st = median_run(streamed);
     const Run ls = median_run(loose_shuffled);
     std::printf("  streamed shards vs shuffled loose files: %.2fx the samples/s\n",
@@ -320,11 +323,12 @@ int main(int argc, char** argv) {
       std::size_t n = 0;
       for (const stoker::Batch& b : loader) n += b.size();
       const double one_worker = static_cast<double>(n) / seconds_since(start);
-      std::printf("tiny records (100 B, %zu in %zu shards, page cache warm): by index in one "
-                  "process %.2f M records/s (sequential), %.2f M records/s (random order); "
-                  "DataLoader with 1 worker %.2f M records/s (checksum %llu)\n",
-                  ds.size(), tiny_shards.size(), in_process / 1e6, in_process_random / 1e6,
-                  one_worker / 1e6, static_cast<unsigned long long>(sum));
+      std::printf(
+          "tiny records (100 B, %zu in %zu shards, page cache warm): by index in one "
+          "process %.2f M records/s (sequential), %.2f M records/s (random order); "
+          "DataLoader with 1 worker %.2f M records/s (checksum %llu)\n",
+          ds.size(), tiny_shards.size(), in_process / 1e6, in_process_random / 1e6,
+          one_worker / 1e6, static_cast<unsigned long long>(sum));
       std::system(("rm -rf " + scratch).c_str());
     }
     return 0;

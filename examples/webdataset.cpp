@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
     stoker::ShardWriter writer(wo);
     for (int i = 0; i < 1000; ++i) {
       stoker::Sample s;
-      s.set("bin", stoker::Tensor::from(std::vector<std::uint8_t>(8, static_cast<std::uint8_t>(i))));
+      s.set("bin",
+            stoker::Tensor::from(std::vector<std::uint8_t>(8, static_cast<std::uint8_t>(i))));
       s.set("cls", stoker::Tensor::scalar<std::int64_t>(i % 10));
       writer.write(std::to_string(100000 + i), s);
     }

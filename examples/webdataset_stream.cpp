@@ -85,11 +85,12 @@ int main(int argc, char** argv) {
     std::vector<std::int64_t> joined = head;
     joined.insert(joined.end(), rest.begin(), rest.end());
     const stoker::StreamSplit split = whole.dataset().split(opt.num_workers);
-    std::printf("%zu shards streamed: %zu samples (%llu per worker stream, %llu batches per "
-                "rank); resumed after 10 batches: %zu + %zu samples, %s\n",
-                shards.size(), all.size(), static_cast<unsigned long long>(split.per_stream),
-                static_cast<unsigned long long>(split.batches_per_stream(32, false) * 2),
-                head.size(), rest.size(), joined == all ? "the same epoch" : "DIFFERENT");
+    std::printf(
+        "%zu shards streamed: %zu samples (%llu per worker stream, %llu batches per "
+        "rank); resumed after 10 batches: %zu + %zu samples, %s\n",
+        shards.size(), all.size(), static_cast<unsigned long long>(split.per_stream),
+        static_cast<unsigned long long>(split.batches_per_stream(32, false) * 2), head.size(),
+        rest.size(), joined == all ? "the same epoch" : "DIFFERENT");
     std::filesystem::remove_all(dir);
     return joined == all && all.size() == 1000 ? 0 : 1;
   } catch (const std::exception& e) {

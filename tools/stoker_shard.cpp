@@ -6,10 +6,10 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -127,8 +127,8 @@ std::vector<std::string> sorted_entries(const std::string& dir, bool directories
   std::vector<std::string> out;
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) {
-    throw stoker::Error(fmt::format("stoker-shard: cannot read directory {}: {}", dir,
-                                    std::strerror(errno)));
+    throw stoker::Error(
+        fmt::format("stoker-shard: cannot read directory {}: {}", dir, std::strerror(errno)));
   }
   while (const dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
@@ -165,30 +165,30 @@ std::vector<std::string> shard_images(const Args& a, const stoker::ShardWriterOp
   std::vector<std::string> classes = sorted_entries(a.images, true);
   if (classes.empty()) {
     throw stoker::Error(fmt::format(
-        "stoker-shard: {} has no class directories; lay it out as {}/<class>/<file>.jpg",
-        a.images, a.images));
+        "stoker-shard: {} has no class directories; lay it out as {}/<class>/<file>.jpg", a.images,
+        a.images));
   }
   std::vector<Image> images;
   for (std::size_t c = 0; c < classes.size(); ++c) {
     for (const std::string& f : sorted_entries(a.images + "/" + classes[c], false)) {
       const std::string ext = image_extension(f);
       if (!ext.empty()) {
-        images.push_back({a.images + "/" + classes[c] + "/" + f, ext,
-                          static_cast<std::int64_t>(c)});
+        images.push_back(
+            {a.images + "/" + classes[c] + "/" + f, ext, static_cast<std::int64_t>(c)});
       }
     }
   }
   if (images.empty()) {
-    throw stoker::Error(fmt::format("stoker-shard: no .jpg, .jpeg, .png or .webp under {}",
-                                    a.images));
+    throw stoker::Error(
+        fmt::format("stoker-shard: no .jpg, .jpeg, .png or .webp under {}", a.images));
   }
   if (a.shuffle) stoker::Generator(a.seed).shuffle(images.begin(), images.end());
   {
     std::ofstream names(output_dir(a.output) + "/classes.txt");
     for (const std::string& c : classes) names << c << "\n";
     if (!names) {
-      throw stoker::Error(fmt::format("stoker-shard: cannot write {}/classes.txt",
-                                      output_dir(a.output)));
+      throw stoker::Error(
+          fmt::format("stoker-shard: cannot write {}/classes.txt", output_dir(a.output)));
     }
   }
   stoker::ShardWriter writer(wo);

@@ -36,8 +36,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (sample.damage) continue;  // a bad record: its members are not used
     for (const TarSample::Member& m : sample.members) {
       if (m.data_offset > size || m.size > size - m.data_offset) std::abort();
-      if (m.stored && (m.stored_at > sample.storage.size() ||
-                       m.size > sample.storage.size() - m.stored_at)) {
+      if (m.stored &&
+          (m.stored_at > sample.storage.size() || m.size > sample.storage.size() - m.stored_at)) {
         std::abort();
       }
     }

@@ -50,9 +50,10 @@ TEST_CASE("mpirun -np 3: shards of unequal sizes give every rank the same batche
     }
     shards.push_back(writer.finish().at(0));
   }
-  std::string command = "timeout -k 10 180 mpirun -np 3 --oversubscribe --allow-run-as-root "
-                        "-x ASAN_OPTIONS=detect_leaks=0 " STOKER_SHARD_ALLREDUCE_PROGRAM " " +
-                        dir;
+  std::string command =
+      "timeout -k 10 180 mpirun -np 3 --oversubscribe --allow-run-as-root "
+      "-x ASAN_OPTIONS=detect_leaks=0 " STOKER_SHARD_ALLREDUCE_PROGRAM " " +
+      dir;
   for (const std::string& s : shards) command += " " + s;
   command += " 2>&1";
   INFO(command);

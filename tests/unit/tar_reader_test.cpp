@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include "datasets/shards/byte_source.hpp"
 #include "datasets/shards/tar_reader.hpp"
@@ -149,11 +149,11 @@ TEST_CASE("parse_pax_records takes path and size and refuses malformed records",
   REQUIRE(parse_pax_records(bytes(std::string("12 path=x.y\n\0\0\0", 15)), padded));
   REQUIRE(padded.path == std::optional<std::string>("x.y"));
   PaxOverrides bad;
-  REQUIRE_FALSE(parse_pax_records(bytes("13 path=x.y\n"), bad));   // length one too many
-  REQUIRE_FALSE(parse_pax_records(bytes("11 pathx.y\n"), bad));    // no '='
-  REQUIRE_FALSE(parse_pax_records(bytes("12 size=1x\n"), bad));    // not a number
-  REQUIRE_FALSE(parse_pax_records(bytes("999 path=x\n"), bad));    // runs past the payload
-  REQUIRE_FALSE(parse_pax_records(bytes("path=x\n"), bad));        // no length
+  REQUIRE_FALSE(parse_pax_records(bytes("13 path=x.y\n"), bad));  // length one too many
+  REQUIRE_FALSE(parse_pax_records(bytes("11 pathx.y\n"), bad));   // no '='
+  REQUIRE_FALSE(parse_pax_records(bytes("12 size=1x\n"), bad));   // not a number
+  REQUIRE_FALSE(parse_pax_records(bytes("999 path=x\n"), bad));   // runs past the payload
+  REQUIRE_FALSE(parse_pax_records(bytes("path=x\n"), bad));       // no length
 }
 
 TEST_CASE("split_member_name: key up to the first '.' after the last '/'", "[tar]") {
@@ -191,7 +191,7 @@ TEST_CASE("TarScanner: members, pax paths and sizes, GNU long names, directories
   REQUIRE(s.members[0].data_offset == 1024);
   REQUIRE(s.members[1].size == 8);
   REQUIRE(s.members[1].header_offset == 1536);  // the pax header belongs to its member
-  REQUIRE(s.members[3].size == 3);               // the pax size wins over the header's 0
+  REQUIRE(s.members[3].size == 3);              // the pax size wins over the header's 0
 }
 
 TEST_CASE("TarScanner: the end without zero blocks, with one, and a lone zero block", "[tar]") {
@@ -215,8 +215,8 @@ TEST_CASE("TarScanner: a damaged header is passed over to the next good one", "[
   t.file("c.txt", "third").end();
   t.corrupt(bad_at);
   const Scanned s = scan(t.bytes);
-  REQUIRE(s.order == std::vector<std::string>{
-                         "m:a.txt", "d:a member header with a wrong checksum", "m:c.txt"});
+  REQUIRE(s.order == std::vector<std::string>{"m:a.txt", "d:a member header with a wrong checksum",
+                                              "m:c.txt"});
   REQUIRE(s.damages[0].offset == bad_at);
   REQUIRE(s.damages[0].resume == next_at);
   REQUIRE_THAT(s.damages[0].detail, Catch::StartsWith("stored checksum "));

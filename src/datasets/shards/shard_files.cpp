@@ -71,8 +71,8 @@ std::span<const std::byte> ShardFiles::read(std::size_t shard, const std::string
   std::size_t done = 0;
   while (done < want) {
     ++read_calls_;
-    const ssize_t n = ::pread(descriptor, window_.data() + done, want - done,
-                              static_cast<off_t>(offset + done));
+    const ssize_t n =
+        ::pread(descriptor, window_.data() + done, want - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       throw Error(fmt::format("cannot read shard {} at byte {}: {}", path, offset + done,

@@ -51,9 +51,9 @@ class ShardFiles {
   std::vector<std::byte> window_;
   std::size_t window_shard_ = ~std::size_t{0};
   std::uint64_t window_begin_ = 0;
-  std::size_t window_bytes_ = 0;       // valid bytes in window_
-  std::uint64_t last_end_ = 0;         // where the previous read of window_shard_ ended
-  std::size_t readahead_ = 0;          // current read-ahead, grows on sequential reads
+  std::size_t window_bytes_ = 0;  // valid bytes in window_
+  std::uint64_t last_end_ = 0;    // where the previous read of window_shard_ ended
+  std::size_t readahead_ = 0;     // current read-ahead, grows on sequential reads
   std::uint64_t read_calls_ = 0;
 };
 
