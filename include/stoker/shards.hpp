@@ -129,8 +129,9 @@ struct StreamOptions {
   std::size_t rank = 0;
   std::size_t world_size = 1;
   EqualBatches equal_batches = EqualBatches::kPad;
-  // Records per shard, for shards without an index (pipes); empty: counted by one pass over
-  // each such shard in the main process when the stream is made.
+  // Records per shard (one entry per shard), used for the shards that have no index: pipes,
+  // and compressed shards without a valid cached index. Empty: each such shard is counted by
+  // one pass in the main process when the stream is made (compressed ones then cache it).
   std::vector<std::uint64_t> sample_counts;
 };
 
