@@ -6,6 +6,8 @@ stoker_required_packages=(
   build-essential cmake pkg-config
   libfmt-dev libspdlog-dev catch2 libhwloc-dev
   libturbojpeg0-dev libpng-dev  # ImageFolderDataset
+  zlib1g-dev libzstd-dev nlohmann-json3-dev  # TFRecord (gzip) and MDS readers
+  libbz2-dev libbrotli-dev libssl-dev libxxhash-dev  # MDS bz2/br shards and shard hashes
   openmpi-bin                   # the mpirun test of DistributedSampler::from_env
   python3-numpy  # tests cross-check .npy files written by NumPy
   libtorch-dev   # examples/libtorch_interop and dlpack_layout_check (skipped when absent)

@@ -1,19 +1,23 @@
-// TFRecordDataset: records of TensorFlow's TFRecord files (plain, gzip or zlib), each a
-// tf.train.Example whose features become a Sample's named tensors. Map-style over an index of
-// record offsets built once in the main process (workers inherit it), or streaming for
-// compressed files and pipes. Also: TFRecordError, what a corrupt or truncated file raises.
+// TFRecordDataset: records of TensorFlow's TFRecord files, each a tf.train.Example whose
+// features become a Sample's named tensors (int64_list -> int64 [n], float_list -> float32 [n],
+// bytes_list -> uint8 [len], decoded by name through ShardOptions::decoders). Map-style over an
+// index of record offsets built once in the main process (workers inherit it), or streaming
+// (stream()) for gzip/zlib files and pipes. Also: TFRecordError, what a damaged file raises.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "stoker/errors.hpp"
+#include "stoker/shards.hpp"
 
 namespace stoker {
 
 // A record that cannot be read: a bad checksum, a corrupt header, a truncated file. what() is
-// "TFRecord: <file>: record <n> at byte <offset>: <what was wrong>; <what to do>".
+// "TFRecordDataset: <file>: record <n> at byte <offset>: <what was wrong>; <what to do>".
 class TFRecordError : public Error {
  public:
   TFRecordError(std::string message, std::string path, std::uint64_t offset)
@@ -25,6 +29,35 @@ class TFRecordError : public Error {
  private:
   std::string path_;
   std::uint64_t offset_ = 0;
+};
+
+// ShardOptions (the fields to keep, their decoders, the index cache) and TFRecord's own.
+struct TFRecordOptions : ShardOptions {
+  // Check each record's two masked CRC32Cs (of its length, when indexing; of its data, when
+  // reading). Off, only lengths are checked against the file: a corrupt byte goes unnoticed.
+  bool verify_crc = true;
+  // Features served as 0-d tensors (a batch of them stacks to [B]) instead of [1]: each must
+  // hold exactly one int64 or float value, or the record is an error. {"label"}, typically.
+  std::vector<std::string> scalar_features;
+};
+
+class TFRecordDataset : public ShardedDataset {
+ public:
+  // Main process: indexes each file (once: the index is cached beside it, see ShardOptions),
+  // in the order given (expand_shards() expands "train-{00000..00099}.tfrecord"). Throws
+  // std::invalid_argument for no files, or a gzip/zlib file or pipe (they cannot be read at
+  // random: use stream()); stoker::Error naming the file when one cannot be opened. Damaged
+  // records do not throw here: each becomes a bad record (bad_records()) whose get() throws a
+  // TFRecordError, so OnSampleError::kSkip skips it and the rest of the file is read.
+  explicit TFRecordDataset(std::vector<std::string> files, TFRecordOptions options = {});
+
+  // Main process: a stream over any files: plain (indexed as above), gzip or zlib (detected
+  // from their bytes; record counts from a cached count or one counting pass), and
+  // "pipe:<command>" (counts from stream_options.sample_counts, or a pass that runs the command
+  // once more). Throws as the constructor, and std::invalid_argument when sample_counts has
+  // the wrong length.
+  static ShardedStream stream(std::vector<std::string> files, StreamOptions stream_options = {},
+                              TFRecordOptions options = {});
 };
 
 }  // namespace stoker

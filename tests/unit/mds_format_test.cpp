@@ -132,7 +132,7 @@ TEST_CASE("split_mds_sample cuts a sample into its columns and checks the sizes"
                                     bytes_of(sample).subspan(cells[0].offset, 8), "w", "p");
   CHECK(t.item<std::int64_t>() == -42);
   CHECK_THROWS_WITH(
-      split_mds_sample(bytes_of(sample + "!"), info.columns, cells, "s: sample 3", "s"),
+      split_mds_sample(bytes_of(sample + "!"), info.columns, cells, "MDS: s: sample 3", "s"),
       Catch::Contains("MDS: s: sample 3: the columns take 24 bytes of the sample's 25"));
   CHECK_THROWS_WITH(split_mds_sample(bytes_of(u32(5)), info.columns, cells, "w", "s"),
                     Catch::Contains("ends inside its column sizes"));
@@ -189,21 +189,23 @@ TEST_CASE("check_mds_shard and mds_sample_range check the offsets", "[records]")
                       u32(start + static_cast<std::uint32_t>(s0.size() + s1.size())) + config + s0 +
                       s1;
   info.raw.bytes = shard.size();
-  check_mds_shard(bytes_of(shard), info, "s.mds");
-  const MdsSampleRange r = mds_sample_range(bytes_of(shard).subspan(8, 8), 1, info, "s.mds");
+  check_mds_shard(bytes_of(shard), info, "MdsDataset: s.mds", "s.mds");
+  const MdsSampleRange r =
+      mds_sample_range(bytes_of(shard).subspan(8, 8), 1, info, "MdsDataset: s.mds", "s.mds");
   CHECK(r.begin == start + s0.size());
   CHECK(r.end == shard.size());
   auto bad = shard;
   bad[8] = '\xff';  // offsets[1] jumps past the end
-  CHECK_THROWS_WITH(check_mds_shard(bytes_of(bad), info, "s.mds"),
-                    Catch::Contains("MDS: s.mds: offset") && Catch::Contains("of sample 1"));
-  CHECK_THROWS_WITH(mds_sample_range(bytes_of(bad).subspan(4, 8), 0, info, "s.mds"),
-                    Catch::Contains("sample 0: offsets"));
+  CHECK_THROWS_WITH(check_mds_shard(bytes_of(bad), info, "MdsDataset: s.mds", "s.mds"),
+                    Catch::Contains("MdsDataset: s.mds: offset") && Catch::Contains("of sample 1"));
+  CHECK_THROWS_WITH(
+      mds_sample_range(bytes_of(bad).subspan(4, 8), 0, info, "MdsDataset: s.mds", "s.mds"),
+      Catch::Contains("sample 0: offsets"));
   info.samples = 3;
-  CHECK_THROWS_WITH(check_mds_shard(bytes_of(shard), info, "s.mds"),
+  CHECK_THROWS_WITH(check_mds_shard(bytes_of(shard), info, "MdsDataset: s.mds", "s.mds"),
                     Catch::Contains("holds 2 samples, index.json says 3"));
   info.samples = 2;
-  CHECK_THROWS_WITH(check_mds_shard(bytes_of(shard + "x"), info, "s.mds"),
+  CHECK_THROWS_WITH(check_mds_shard(bytes_of(shard + "x"), info, "MdsDataset: s.mds", "s.mds"),
                     Catch::Contains("index.json says"));
 }
 

@@ -109,7 +109,7 @@ TEST_CASE("a bad data CRC names the file and byte offset, and is not checked wit
     FAIL("no error");
   } catch (const TFRecordError& e) {
     const std::string what = e.what();
-    CHECK_THAT(what, Catch::Contains("TFRecord: /data/train.tfrecord: record 3 at byte " +
+    CHECK_THAT(what, Catch::Contains("TFRecordDataset: /data/train.tfrecord: record 3 at byte " +
                                      std::to_string(offsets[3]) + ": bad data CRC"));
     CHECK_THAT(what, Catch::Contains("on_sample_error = kSkip"));
     CHECK(e.path() == "/data/train.tfrecord");

@@ -1,8 +1,5 @@
 #include "datasets/records/compression.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -21,38 +18,20 @@
 #endif
 
 #include "datasets/records/crc32c.hpp"
-#include "posix.hpp"
 #include "stoker/errors.hpp"
 
 namespace stoker::detail {
 namespace {
 
 constexpr std::size_t kChunk = std::size_t{1} << 18;  // 256 KiB reads
+constexpr std::size_t kTFRecordSniffBytes = 12;       // a TFRecord header
 
-class FileSource final : public ByteSource {
- public:
-  FileSource(posix::Fd fd, std::string path) : fd_(std::move(fd)), path_(std::move(path)) {}
-  std::size_t read(std::byte* dst, std::size_t n) override {
-    for (;;) {
-      const ssize_t got = ::read(fd_.get(), dst, n);
-      if (got >= 0) return static_cast<std::size_t>(got);
-      if (errno == EINTR) continue;
-      throw Error(posix::errno_message(fmt::format("reading {}", path_), errno) +
-                  "; check the file and the storage it is on");
-    }
-  }
-
- private:
-  posix::Fd fd_;
-  std::string path_;
-};
-
-class MemorySource final : public ByteSource {
+class MemorySource final : public StreamSource {
  public:
   explicit MemorySource(std::span<const std::byte> data) : data_(data) {}
-  std::size_t read(std::byte* dst, std::size_t n) override {
-    const std::size_t take = std::min(n, data_.size());
-    if (take > 0) std::memcpy(dst, data_.data(), take);
+  std::size_t read(std::span<std::byte> dst) override {
+    const std::size_t take = std::min(dst.size(), data_.size());
+    if (take > 0) std::memcpy(dst.data(), data_.data(), take);
     data_ = data_.subspan(take);
     return take;
   }
@@ -61,9 +40,30 @@ class MemorySource final : public ByteSource {
   std::span<const std::byte> data_;
 };
 
-class InflateSource final : public ByteSource {
+// Bytes already read from `rest` (to sniff them), then the rest.
+class PrefixSource final : public StreamSource {
  public:
-  InflateSource(std::unique_ptr<ByteSource> raw, std::string name)
+  PrefixSource(std::vector<std::byte> prefix, std::unique_ptr<StreamSource> rest)
+      : prefix_(std::move(prefix)), rest_(std::move(rest)) {}
+  std::size_t read(std::span<std::byte> dst) override {
+    if (used_ < prefix_.size()) {
+      const std::size_t take = std::min(dst.size(), prefix_.size() - used_);
+      std::memcpy(dst.data(), prefix_.data() + used_, take);
+      used_ += take;
+      return take;
+    }
+    return rest_->read(dst);
+  }
+
+ private:
+  std::vector<std::byte> prefix_;
+  std::size_t used_ = 0;
+  std::unique_ptr<StreamSource> rest_;
+};
+
+class InflateSource final : public StreamSource {
+ public:
+  InflateSource(std::unique_ptr<StreamSource> raw, std::string name)
       : raw_(std::move(raw)), name_(std::move(name)), in_(kChunk) {
     std::memset(&z_, 0, sizeof(z_));
     // 15 + 32: the largest window, and a gzip or zlib header detected from the stream.
@@ -73,13 +73,15 @@ class InflateSource final : public ByteSource {
   InflateSource(const InflateSource&) = delete;
   InflateSource& operator=(const InflateSource&) = delete;
 
-  std::size_t read(std::byte* dst, std::size_t n) override {
+  std::size_t read(std::span<std::byte> out) override {
+    std::byte* const dst = out.data();
+    const std::size_t n = out.size();
     if (finished_ || n == 0) return 0;
     z_.next_out = reinterpret_cast<Bytef*>(dst);
     z_.avail_out = static_cast<uInt>(std::min<std::size_t>(n, 1U << 30));
     while (z_.avail_out == static_cast<uInt>(std::min<std::size_t>(n, 1U << 30))) {
       if (z_.avail_in == 0 && !raw_done_) {
-        const std::size_t got = raw_->read(in_.data(), in_.size());
+        const std::size_t got = raw_->read(in_);
         if (got == 0) {
           raw_done_ = true;
         } else {
@@ -115,7 +117,7 @@ class InflateSource final : public ByteSource {
         name_, consumed_ - z_.avail_in, what));
   }
 
-  std::unique_ptr<ByteSource> raw_;
+  std::unique_ptr<StreamSource> raw_;
   std::string name_;
   std::vector<std::byte> in_;
   z_stream z_;
@@ -179,7 +181,7 @@ std::vector<std::byte> gunzip(std::span<const std::byte> data, std::size_t expec
   InflateSource inflater(memory_source(data), std::string(source));
   std::size_t got = 0;
   while (got < out.size()) {
-    const std::size_t n = inflater.read(out.data() + got, out.size() - got);
+    const std::size_t n = inflater.read(std::span<std::byte>(out).subspan(got));
     if (n == 0) break;
     got += n;
   }
@@ -259,21 +261,11 @@ std::vector<std::byte> unbrotli(std::span<const std::byte> data, std::size_t exp
 
 }  // namespace
 
-std::unique_ptr<ByteSource> open_file_source(const std::string& path) {
-  if (path == "-") return std::make_unique<FileSource>(posix::Fd(::dup(STDIN_FILENO)), "stdin");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    throw Error(posix::errno_message(fmt::format("opening {}", path), errno) +
-                "; check that the path exists and is readable");
-  }
-  return std::make_unique<FileSource>(posix::Fd(fd), path);
-}
-
-std::unique_ptr<ByteSource> memory_source(std::span<const std::byte> data) {
+std::unique_ptr<StreamSource> memory_source(std::span<const std::byte> data) {
   return std::make_unique<MemorySource>(data);
 }
 
-std::unique_ptr<ByteSource> inflate_source(std::unique_ptr<ByteSource> raw, std::string name) {
+std::unique_ptr<StreamSource> inflate_source(std::unique_ptr<StreamSource> raw, std::string name) {
   return std::make_unique<InflateSource>(std::move(raw), std::move(name));
 }
 
@@ -293,6 +285,23 @@ StreamCodec sniff_tfrecord_codec(std::span<const std::byte> head) noexcept {
     }
   }
   return StreamCodec::kNone;
+}
+
+std::unique_ptr<StreamSource> tfrecord_source(std::unique_ptr<StreamSource> raw, std::string name,
+                                              StreamCodec* codec) {
+  std::vector<std::byte> head(kTFRecordSniffBytes);
+  std::size_t got = 0;
+  while (got < head.size()) {
+    const std::size_t n = raw->read(std::span<std::byte>(head).subspan(got));
+    if (n == 0) break;
+    got += n;
+  }
+  head.resize(got);
+  const StreamCodec found = sniff_tfrecord_codec(head);
+  if (codec != nullptr) *codec = found;
+  auto source = std::make_unique<PrefixSource>(std::move(head), std::move(raw));
+  if (found == StreamCodec::kNone) return source;
+  return inflate_source(std::move(source), std::move(name));
 }
 
 ShardCodec parse_shard_codec(std::string_view compression) {

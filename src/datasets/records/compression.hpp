@@ -1,6 +1,7 @@
-// Byte sources for the record readers: a file or pipe read sequentially, gzip or zlib inflated
-// on the fly (TFRecord's GZIP and ZLIB files), and whole-buffer decompression of the codecs MDS
-// shards use (zstd, gz, bz2, br). Every error names the source and what to do.
+// Decompression for the record readers: gzip or zlib inflated on the fly over any StreamSource
+// (TFRecord's GZIP and ZLIB files, which need not be named .gz), bytes in memory as a
+// StreamSource, and whole-buffer decompression of the codecs MDS shards use (zstd, gz, bz2,
+// br). Every error names the source and what to do.
 #pragma once
 
 #include <cstddef>
@@ -11,31 +12,26 @@
 #include <string_view>
 #include <vector>
 
+#include "datasets/shards/byte_source.hpp"
+
 namespace stoker::detail {
 
-// A sequential stream of bytes. Single owner, one process.
-class ByteSource {
- public:
-  virtual ~ByteSource() = default;
-  // Up to `n` bytes into `dst`; 0 only at the end. Blocks (a pipe waits for its writer).
-  // Throws stoker::Error naming the source for a read error or corrupt compressed data.
-  virtual std::size_t read(std::byte* dst, std::size_t n) = 0;
-};
-
-// A file, FIFO or character device read with read(2); "-" is standard input. Throws
-// stoker::Error naming `path` when it cannot be opened.
-std::unique_ptr<ByteSource> open_file_source(const std::string& path);
 // The bytes of `data` (a mapping or buffer the caller keeps alive).
-std::unique_ptr<ByteSource> memory_source(std::span<const std::byte> data);
+std::unique_ptr<StreamSource> memory_source(std::span<const std::byte> data);
 // zlib's inflate over `raw`: gzip (also several concatenated members) or a zlib stream,
-// told apart by their headers. `name` is used in messages.
-std::unique_ptr<ByteSource> inflate_source(std::unique_ptr<ByteSource> raw, std::string name);
+// told apart by their headers. `name` is used in messages; read() throws stoker::Error naming
+// it for corrupt or truncated compressed data.
+std::unique_ptr<StreamSource> inflate_source(std::unique_ptr<StreamSource> raw, std::string name);
 
 // How a TFRecord file is compressed, from its first bytes: gzip's magic 1f 8b, a zlib header
 // (CMF/FLG with deflate and a valid check), or plain. A plain file whose first frame has a good
 // length CRC is plain whatever its first bytes are.
 enum class StreamCodec : std::uint8_t { kNone, kGzip, kZlib };
 StreamCodec sniff_tfrecord_codec(std::span<const std::byte> head) noexcept;
+// `raw` as TFRecord bytes: its first bytes are read and sniffed, and a gzip or zlib stream is
+// inflated. `codec`, when given, receives what was found. Throws as raw's read().
+std::unique_ptr<StreamSource> tfrecord_source(std::unique_ptr<StreamSource> raw, std::string name,
+                                              StreamCodec* codec = nullptr);
 
 // The codecs of MDS shards ("zstd", "gz", "bz2", "br" before an optional ":level").
 enum class ShardCodec : std::uint8_t { kNone, kZstd, kGzip, kBzip2, kBrotli };

@@ -133,10 +133,11 @@ class ShardReader {
       : obj_(obj), source_(source), shard_(shard) {}
 
   [[noreturn]] void fail(std::string_view what) const {
-    throw MdsError(fmt::format("MDS: {}: shard {}: {}; the index is damaged or was not written "
-                               "by MDSWriter: re-create it",
-                               source_, shard_, what),
-                   std::string(source_));
+    throw MdsError(
+        fmt::format("MdsDataset: {}: shard {}: {}; the index is damaged or was not written "
+                    "by MDSWriter: re-create it",
+                    source_, shard_, what),
+        std::string(source_));
   }
 
   const json& get(const char* key) const {
@@ -258,7 +259,7 @@ class ShardReader {
 
 MdsIndex parse_mds_index(std::string_view text, std::string_view source) {
   const auto fail = [&](std::string_view what) {
-    throw MdsError(fmt::format("MDS: {}: {}; check that this is a MosaicML Streaming MDS "
+    throw MdsError(fmt::format("MdsDataset: {}: {}; check that this is a MosaicML Streaming MDS "
                                "index.json (version 2), or re-create it",
                                source, what),
                    std::string(source));

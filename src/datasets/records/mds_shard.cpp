@@ -28,7 +28,7 @@ std::uint64_t load_le(const std::byte* p, std::size_t n) noexcept {
 
 [[noreturn]] void fail(std::string_view where, std::string_view path, std::string_view what,
                        std::string_view advice = "the shard is damaged: re-create or re-copy it") {
-  throw MdsError(fmt::format("MDS: {}: {}; {}", where, what, advice), std::string(path));
+  throw MdsError(fmt::format("{}: {}; {}", where, what, advice), std::string(path));
 }
 
 // Copies little-endian values into an owning tensor (byte-swapped on a big-endian host).
@@ -221,8 +221,8 @@ Tensor decode_pil(std::span<const std::byte> bytes, std::string_view where, std:
 }  // namespace
 
 void check_mds_shard(std::span<const std::byte> shard, const MdsShardInfo& info,
-                     std::string_view source) {
-  const auto bad = [&](std::string_view what) { fail(source, source, what); };
+                     std::string_view where, std::string_view path) {
+  const auto bad = [&](std::string_view what) { fail(where, path, what); };
   if (shard.size() != info.raw.bytes) {
     bad(fmt::format("the shard is {} bytes, index.json says {}", shard.size(), info.raw.bytes));
   }
@@ -249,12 +249,13 @@ void check_mds_shard(std::span<const std::byte> shard, const MdsShardInfo& info,
 }
 
 MdsSampleRange mds_sample_range(std::span<const std::byte> offset_pair, std::uint64_t k,
-                                const MdsShardInfo& info, std::string_view source) {
-  if (offset_pair.size() < 8) fail(source, source, "the offset table is truncated");
+                                const MdsShardInfo& info, std::string_view where,
+                                std::string_view path) {
+  if (offset_pair.size() < 8) fail(where, path, "the offset table is truncated");
   const MdsSampleRange r{load_le(offset_pair.data(), 4), load_le(offset_pair.data() + 4, 4)};
   const std::uint64_t header = 4 * (info.samples + 2);
   if (r.begin < header || r.end < r.begin || r.end > info.raw.bytes) {
-    fail(source, source,
+    fail(where, path,
          fmt::format("sample {}: offsets [{}, {}) are outside the shard's samples [{}, {})", k,
                      r.begin, r.end, header, info.raw.bytes));
   }

@@ -20,19 +20,20 @@
 namespace stoker::detail {
 
 // Checks a whole raw shard in memory against its index entry: its size, the sample count, and
-// that the offsets rise from past the header to the end of the file. Throws MdsError naming
-// `source`.
+// that the offsets rise from past the header to the end of the file. Throws MdsError whose
+// message starts with `where` ("MdsDataset: <shard>") and names `path`.
 void check_mds_shard(std::span<const std::byte> shard, const MdsShardInfo& info,
-                     std::string_view source);
+                     std::string_view where, std::string_view path);
 
 struct MdsSampleRange {
   std::uint64_t begin = 0;
   std::uint64_t end = 0;
 };
 // Sample k's byte range from the 8 bytes at 4 + 4k of the shard (offsets[k], offsets[k+1]),
-// checked against the shard's size and sample count. Throws MdsError naming `source`.
+// checked against the shard's size and sample count. Throws MdsError as check_mds_shard.
 MdsSampleRange mds_sample_range(std::span<const std::byte> offset_pair, std::uint64_t k,
-                                const MdsShardInfo& info, std::string_view source);
+                                const MdsShardInfo& info, std::string_view where,
+                                std::string_view path);
 
 // One column's bytes within a sample.
 struct MdsCell {
@@ -40,7 +41,7 @@ struct MdsCell {
   std::size_t size = 0;
 };
 // Cuts `sample` into its columns (out is resized to the column count). The sizes must add up
-// to the sample exactly. Throws MdsError naming `where` (shard and sample) otherwise.
+// to the sample exactly. Throws MdsError starting with `where` (the record) otherwise.
 void split_mds_sample(std::span<const std::byte> sample, const std::vector<MdsColumn>& columns,
                       std::vector<MdsCell>& out, std::string_view where, std::string_view path);
 

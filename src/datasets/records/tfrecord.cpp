@@ -119,9 +119,10 @@ TFRecordIndex index_tfrecords(std::span<const std::byte> file, bool verify_crc) 
 void throw_tfrecord_error(std::string_view source, std::uint64_t offset, std::size_t record,
                           std::string_view what) {
   throw TFRecordError(
-      fmt::format("TFRecord: {}: record {} at byte {}: {}; the file is damaged (re-create or "
-                  "re-copy it), or set on_sample_error = kSkip to skip bad records",
-                  source, record, offset, what),
+      fmt::format(
+          "TFRecordDataset: {}: record {} at byte {}: {}; the file is damaged (re-create or "
+          "re-copy it), or set on_sample_error = kSkip to skip bad records",
+          source, record, offset, what),
       std::string(source), offset);
 }
 
@@ -141,12 +142,15 @@ std::span<const std::byte> tfrecord_data(std::span<const std::byte> file, std::u
   return rest.subspan(kTFRecordHeaderBytes, static_cast<std::size_t>(check.length));
 }
 
-TFRecordStream::TFRecordStream(std::unique_ptr<ByteSource> source, std::string name,
-                               bool verify_crc, std::size_t max_record_bytes)
+TFRecordStream::TFRecordStream(std::unique_ptr<StreamSource> source, std::string name,
+                               bool verify_crc, std::uint64_t offset, std::size_t record,
+                               std::size_t max_record_bytes)
     : source_(std::move(source)),
       name_(std::move(name)),
       verify_crc_(verify_crc),
-      max_record_bytes_(max_record_bytes) {}
+      max_record_bytes_(max_record_bytes),
+      offset_(offset),
+      first_record_(record) {}
 TFRecordStream::~TFRecordStream() = default;
 TFRecordStream::TFRecordStream(TFRecordStream&&) noexcept = default;
 TFRecordStream& TFRecordStream::operator=(TFRecordStream&&) noexcept = default;
@@ -180,7 +184,7 @@ bool TFRecordStream::fill(std::size_t need) {
     if (buffer_.size() - end_ < kRead) buffer_.resize(std::max(buffer_.size() * 2, end_ + kRead));
     std::size_t got = 0;
     try {
-      got = source_->read(buffer_.data() + end_, buffer_.size() - end_);
+      got = source_->read(std::span<std::byte>(buffer_).subspan(end_));
     } catch (...) {
       // The records already buffered are still read; the partial one after them is dropped
       // without a second error.
@@ -200,7 +204,7 @@ bool TFRecordStream::fill(std::size_t need) {
 
 void TFRecordStream::fail(std::uint64_t at, const std::string& what) {
   ++bad_;
-  throw_tfrecord_error(name_, at, records_ + bad_ - 1, what);
+  throw_tfrecord_error(name_, at, next_record() - 1, what);
 }
 
 std::optional<std::span<const std::byte>> TFRecordStream::next() {

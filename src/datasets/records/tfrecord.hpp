@@ -17,7 +17,7 @@
 
 namespace stoker::detail {
 
-class ByteSource;
+class StreamSource;
 
 inline constexpr std::size_t kTFRecordHeaderBytes = 12;  // length + its masked CRC
 inline constexpr std::size_t kTFRecordFooterBytes = 4;   // the data's masked CRC
@@ -79,17 +79,20 @@ std::span<const std::byte> tfrecord_data(std::span<const std::byte> file, std::u
                                          bool verify_crc, std::string_view source,
                                          std::size_t record);
 
-// Throws TFRecordError: "TFRecord: <source>: record <record> at byte <offset>: <what>; <advice>".
+// Throws TFRecordError: "TFRecordDataset: <source>: record <record> at byte <offset>: <what>;
+// <advice>".
 [[noreturn]] void throw_tfrecord_error(std::string_view source, std::uint64_t offset,
                                        std::size_t record, std::string_view what);
 
-// Records read one after another from a ByteSource (a pipe, a gzip stream): what streaming
+// Records read one after another from a StreamSource (a pipe, a gzip stream): what streaming
 // reads when there is no mapping to index. One owner, one process.
 class TFRecordStream {
  public:
-  // `name` is used in messages. Records longer than `max_record_bytes` are treated as corrupt
-  // headers (a stream cannot be indexed, so a length is only believed up to this).
-  TFRecordStream(std::unique_ptr<ByteSource> source, std::string name, bool verify_crc,
+  // `name` is used in messages; `offset` and `record` are where the source starts in the file
+  // (its byte offset and record number). Records longer than `max_record_bytes` are treated
+  // as corrupt headers (a stream cannot be indexed, so a length is only believed up to this).
+  TFRecordStream(std::unique_ptr<StreamSource> source, std::string name, bool verify_crc,
+                 std::uint64_t offset = 0, std::size_t record = 0,
                  std::size_t max_record_bytes = std::size_t{1} << 31);
   ~TFRecordStream();
   TFRecordStream(TFRecordStream&&) noexcept;
@@ -102,9 +105,11 @@ class TFRecordStream {
   // compressed data at the end. Throws stoker::Error for a read error (the stream then ends).
   std::optional<std::span<const std::byte>> next();
 
-  // Records returned so far, and the bad ones thrown for.
+  // Records returned so far, and the bad ones thrown for (from the start of the source).
   std::size_t records() const noexcept { return records_; }
   std::size_t bad_records() const noexcept { return bad_; }
+  // The number in the file of the next record (good or bad).
+  std::size_t next_record() const noexcept { return first_record_ + records_ + bad_; }
   // The offset in the (decompressed) stream of the next frame.
   std::uint64_t offset() const noexcept { return offset_; }
   const std::string& name() const noexcept { return name_; }
@@ -116,7 +121,7 @@ class TFRecordStream {
   void finish() noexcept;
   [[noreturn]] void fail(std::uint64_t at, const std::string& what);
 
-  std::unique_ptr<ByteSource> source_;
+  std::unique_ptr<StreamSource> source_;
   std::string name_;
   bool verify_crc_;
   std::size_t max_record_bytes_;
@@ -126,6 +131,7 @@ class TFRecordStream {
   bool eof_ = false;
   bool source_failed_ = false;  // the source threw: what is left buffered is cut short by it
   std::uint64_t offset_ = 0;
+  std::size_t first_record_ = 0;
   std::size_t records_ = 0;  // good records returned
   std::size_t bad_ = 0;
 };

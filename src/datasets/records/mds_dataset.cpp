@@ -1,0 +1,404 @@
+// MdsDataset: MosaicML MDS directories plugged into the shard engine
+// (datasets/shards/shard_format.hpp).
+#include "stoker/mds_dataset.hpp"
+
+#include <sys/stat.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "datasets/records/compression.hpp"
+#include "datasets/records/mds_index.hpp"
+#include "datasets/records/mds_shard.hpp"
+#include "datasets/shards/byte_source.hpp"
+#include "datasets/shards/index_cache.hpp"
+#include "datasets/shards/shard_files.hpp"
+#include "datasets/shards/shard_format.hpp"
+#include "log.hpp"
+#include "mapped_file.hpp"
+
+namespace stoker {
+namespace detail {
+namespace {
+
+constexpr std::string_view kWho = "MdsDataset";
+// A shard's verified hash, cached as an index file ("<shard>.idx"): "algorithm:digest".
+constexpr std::string_view kVerifiedMagic = "STKMDSHV";
+constexpr std::uint32_t kVerifiedVersion = 1;
+
+// What decode() does with a column.
+enum class Action : std::uint8_t {
+  kBytes,  // a bytes field: the FieldPlan decodes it by name (raw uint8 unless told otherwise)
+  kImage,  // jpeg/png with no decoder of its own name: the decoders' "jpeg" / "png" entry
+  kTyped,  // decode_mds_value
+};
+
+struct MdsShard {
+  std::string raw_path;
+  std::string zip_path;
+  bool raw_present = false;
+  bool zip_present = false;
+  std::vector<Action> actions;             // per column
+  std::vector<const FieldDecoder*> image;  // per column, for kImage
+};
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::string join_path(const std::string& directory, const std::string& name) {
+  if (directory.empty()) return name;
+  return directory.back() == '/' ? directory + name : directory + "/" + name;
+}
+
+// All of a file, through the shard engine's byte source (a regular file or a FIFO).
+std::vector<std::byte> read_whole(const std::string& path, std::uint64_t expected) {
+  auto source = open_stream_source(path, 0, kWho);
+  std::vector<std::byte> out(static_cast<std::size_t>(expected) + 1);
+  std::size_t got = 0;
+  while (got < out.size()) {
+    const std::size_t n = source->read(std::span<std::byte>(out).subspan(got));
+    if (n == 0) break;
+    got += n;
+  }
+  if (got != expected) {
+    throw MdsError(
+        fmt::format("{}: {}: the file is {} bytes, index.json says {}; it is damaged or "
+                    "not the one the index was written with: re-copy it",
+                    kWho, path,
+                    got > expected ? "more than " + std::to_string(expected) : std::to_string(got),
+                    expected),
+        path);
+  }
+  out.resize(got);
+  return out;
+}
+
+// "" when `data` matches a hash `file` lists (or none can be checked here), else the message.
+std::string hash_mismatch(const MdsFileInfo& file, std::span<const std::byte> data,
+                          const std::string& path) {
+  const auto* pick = pick_mds_hash(file);
+  if (pick == nullptr) return {};
+  const auto digest = mds_hash(pick->first, data);
+  if (!digest || *digest == pick->second) return {};
+  return fmt::format(
+      "{}: {}: hash mismatch: its {} is {}, index.json says {}; the file is damaged "
+      "or not the one the index was written with: re-copy it",
+      kWho, path, pick->first, *digest, pick->second);
+}
+
+class MdsFormat;
+
+// A shard read whole (decompressed when only its compressed file is there), then sample by
+// sample. A shard that fails its hash or its offsets makes each of its records an error.
+class MdsCursor final : public RecordCursor {
+ public:
+  MdsCursor(std::size_t shard, const MdsShardInfo& info, const MdsShard& s, std::uint64_t first,
+            bool verify)
+      : shard_(shard), info_(info), name_(s.raw_present ? s.raw_path : s.zip_path), next_(first) {
+    try {
+      if (s.raw_present) {
+        data_ = read_whole(s.raw_path, info.raw.bytes);
+        if (verify) error_ = hash_mismatch(info.raw, data_, s.raw_path);
+      } else {
+        const std::vector<std::byte> zip = read_whole(s.zip_path, info.zip->bytes);
+        if (verify) error_ = hash_mismatch(*info.zip, zip, s.zip_path);
+        if (error_.empty()) {
+          data_ = decompress_shard(info.codec, zip, static_cast<std::size_t>(info.raw.bytes),
+                                   fmt::format("{}: {}", kWho, s.zip_path));
+        }
+      }
+      if (error_.empty()) check_mds_shard(data_, info, fmt::format("{}: {}", kWho, name_), name_);
+    } catch (const MdsError& e) {
+      error_ = e.what();
+    } catch (const Error& e) {  // corrupt compressed data
+      error_ = e.what();
+    }
+  }
+
+  bool next(RawRecord& out) override {
+    out.clear();
+    if (next_ >= info_.samples) return false;
+    out.shard = shard_;
+    out.ordinal = next_++;
+    if (!error_.empty()) {
+      out.error = error_;
+      return true;
+    }
+    const std::size_t k = static_cast<std::size_t>(out.ordinal);
+    std::uint32_t begin = 0;
+    std::uint32_t end = 0;
+    std::memcpy(&begin, data_.data() + 4 + 4 * k, 4);  // check_mds_shard checked them all
+    std::memcpy(&end, data_.data() + 8 + 4 * k, 4);
+    out.offset = begin;
+    std::memcpy(out.own(end - begin).data(), data_.data() + begin, end - begin);
+    return true;
+  }
+
+  bool skip() override {
+    if (next_ >= info_.samples) return false;
+    ++next_;
+    return true;
+  }
+
+ private:
+  std::size_t shard_;
+  const MdsShardInfo& info_;
+  std::string name_;
+  std::uint64_t next_;
+  std::vector<std::byte> data_;
+  std::string error_;
+};
+
+// Scratch for decode(), one per process (the loader decodes on one thread).
+struct DecodeScratch {
+  std::vector<MdsCell> cells;
+  RawRecord typed;
+};
+
+class MdsFormat final : public ShardFormat {
+ public:
+  MdsFormat(std::string directory, std::shared_ptr<const MdsIndex> index,
+            std::vector<MdsShard> shards, const MdsOptions& options, bool random_access)
+      : directory_(std::move(directory)),
+        index_(std::move(index)),
+        shards_(std::move(shards)),
+        decoders_(options.decoders),
+        verify_(options.verify_hashes),
+        random_access_(random_access) {
+    for (std::size_t i = 0; i < shards_.size(); ++i) plan_columns(i, options);
+  }
+
+  std::string_view format_name() const noexcept override { return kWho; }
+  std::size_t num_shards() const noexcept override { return shards_.size(); }
+  const std::string& shard_name(std::size_t shard) const override {
+    const MdsShard& s = shards_[shard];
+    return s.raw_present || !random_access_ ? (s.raw_present ? s.raw_path : s.zip_path)
+                                            : s.raw_path;
+  }
+  std::uint64_t shard_records(std::size_t shard) const override {
+    return index_->shards[shard].samples;
+  }
+  bool random_access() const noexcept override { return random_access_; }
+
+  void read(std::size_t shard, std::uint64_t k, const FieldPlan&, ShardFiles& files,
+            RawRecord& out) const override {
+    const MdsShardInfo& info = index_->shards[shard];
+    const MdsShard& s = shards_[shard];
+    out.clear();
+    out.shard = shard;
+    out.ordinal = k;
+    const std::string where = ref(out).describe();
+    const auto pair = files.read(shard, s.raw_path, 4 + 4 * k, 8);
+    const MdsSampleRange r = mds_sample_range(pair, k, info, where, s.raw_path);
+    out.offset = r.begin;
+    out.set_borrowed(
+        files.read(shard, s.raw_path, r.begin, static_cast<std::size_t>(r.end - r.begin)));
+  }
+
+  std::unique_ptr<RecordCursor> open(std::size_t shard, std::uint64_t first, const FieldPlan&,
+                                     ShardFiles&) const override {
+    return std::make_unique<MdsCursor>(shard, index_->shards[shard], shards_[shard], first,
+                                       verify_);
+  }
+
+  Sample decode(const RawRecord& record, const FieldPlan& plan) const override {
+    static thread_local DecodeScratch scratch;
+    const MdsShardInfo& info = index_->shards[record.shard];
+    const MdsShard& s = shards_[record.shard];
+    const RecordRef where_ref = ref(record);
+    const std::string where = where_ref.describe();
+    const std::span<const std::byte> bytes = record.bytes();
+    split_mds_sample(bytes, info.columns, scratch.cells, where, where_ref.shard);
+    RawRecord& typed = scratch.typed;
+    typed.fields.clear();
+    typed.set_borrowed(bytes);
+    for (std::size_t c = 0; c < info.columns.size(); ++c) {
+      const MdsColumn& column = info.columns[c];
+      if (!plan.wants(column.name)) continue;
+      const MdsCell cell = scratch.cells[c];
+      const auto value = bytes.subspan(cell.offset, cell.size);
+      RawField field;
+      field.name = column.name;
+      switch (s.actions[c]) {
+        case Action::kBytes:
+          field.offset = cell.offset;
+          field.size = cell.size;
+          break;
+        case Action::kImage:
+          field.value =
+              (*s.image[c])({reinterpret_cast<const std::uint8_t*>(value.data()), value.size()},
+                            fmt::format("{} column '{}'", where, column.name));
+          break;
+        case Action::kTyped:
+          field.value =
+              decode_mds_value(column.encoding, value,
+                               fmt::format("{} column '{}'", where, column.name), where_ref.shard);
+          break;
+      }
+      typed.fields.push_back(std::move(field));
+    }
+    return plan.assemble(typed, where_ref);
+  }
+
+ private:
+  void plan_columns(std::size_t shard, const MdsOptions& options) {
+    const MdsShardInfo& info = index_->shards[shard];
+    MdsShard& s = shards_[shard];
+    const FieldPlan plan(options);
+    s.actions.assign(info.columns.size(), Action::kTyped);
+    s.image.assign(info.columns.size(), nullptr);
+    for (std::size_t c = 0; c < info.columns.size(); ++c) {
+      const MdsColumn& column = info.columns[c];
+      const MdsKind kind = column.encoding.kind;
+      if (kind == MdsKind::kPickle && plan.wants(column.name)) {
+        throw MdsError(
+            fmt::format("{}: {}: column '{}' is encoded as pkl (Python pickle), which stoker "
+                        "refuses: unpickling runs arbitrary code and has no C++ reader. Leave the "
+                        "column out (ShardOptions::fields), or rewrite it with a typed encoding "
+                        "(ndarray, json, bytes, int...)",
+                        kWho, s.raw_path, column.name),
+            s.raw_path);
+      }
+      if (kind == MdsKind::kBytes || kind == MdsKind::kStr || kind == MdsKind::kJson) {
+        s.actions[c] = Action::kBytes;
+      } else if (kind == MdsKind::kJpeg || kind == MdsKind::kPng) {
+        // A decoder for the column's own name (or a FieldSpec's) wins; else the image entry.
+        bool own = decoders_.find(column.name) != nullptr;
+        for (const FieldSpec& spec : options.fields) {
+          own = own || (spec.decoder && spec.name.find(column.name) != std::string::npos);
+        }
+        const FieldDecoder* image = decoders_.find(kind == MdsKind::kJpeg ? "jpeg" : "png");
+        s.actions[c] = own || image == nullptr ? Action::kBytes : Action::kImage;
+        s.image[c] = image;
+      }
+    }
+  }
+
+  std::string directory_;
+  std::shared_ptr<const MdsIndex> index_;
+  std::vector<MdsShard> shards_;
+  FieldDecoders decoders_;
+  bool verify_;
+  bool random_access_;
+};
+
+std::shared_ptr<const MdsIndex> read_index(const std::string& directory) {
+  const std::string path = join_path(directory, "index.json");
+  if (!exists(path)) {
+    throw MdsError(fmt::format("{}: {} does not exist; give the directory MDSWriter wrote (it "
+                               "holds index.json and the shard files)",
+                               kWho, path),
+                   path);
+  }
+  const auto file = MappedFile::open(path, "MdsDataset");
+  const std::string_view text(reinterpret_cast<const char*>(file->data()), file->size());
+  return std::make_shared<const MdsIndex>(parse_mds_index(text, path));
+}
+
+std::vector<MdsShard> locate_shards(const std::string& directory, const MdsIndex& index) {
+  std::vector<MdsShard> shards;
+  for (std::size_t i = 0; i < index.shards.size(); ++i) {
+    const MdsShardInfo& info = index.shards[i];
+    MdsShard s;
+    s.raw_path = join_path(directory, info.raw.basename);
+    s.raw_present = exists(s.raw_path);
+    if (info.zip) {
+      s.zip_path = join_path(directory, info.zip->basename);
+      s.zip_present = exists(s.zip_path);
+    }
+    if (!s.raw_present && !s.zip_present) {
+      throw MdsError(
+          fmt::format("{}: shard {} is missing: neither {}{} exists; copy the whole directory "
+                      "MDSWriter wrote, or rewrite index.json without the shard",
+                      kWho, i, s.raw_path, info.zip ? " nor " + s.zip_path : std::string()),
+          s.raw_path);
+    }
+    shards.push_back(std::move(s));
+  }
+  return shards;
+}
+
+// Map-style: a raw shard must be there, of the right size and count; its hash is checked once
+// and the result cached beside it.
+void check_raw_shard(const MdsShardInfo& info, const MdsShard& s, const MdsOptions& options) {
+  if (!s.raw_present) {
+    throw std::invalid_argument(fmt::format(
+        "{}: shard {} exists only compressed ({}), which cannot be read at random; stream it "
+        "with MdsDataset::stream(), or decompress it beside itself (to {})",
+        kWho, s.zip_path, info.compression, s.raw_path));
+  }
+  const ShardStat stat = stat_shard(s.raw_path, kWho);
+  if (stat.size != info.raw.bytes) {
+    throw MdsError(fmt::format("{}: {}: the file is {} bytes, index.json says {}; it is damaged or "
+                               "not the one the index was written with: re-copy it",
+                               kWho, s.raw_path, stat.size, info.raw.bytes),
+                   s.raw_path);
+  }
+  const auto file = MappedFile::open(s.raw_path, "MdsDataset");
+  std::uint32_t count = 0;
+  std::memcpy(&count, file->data(), 4);  // the file is >= 8 bytes: parse_mds_index checks
+  if (count != info.samples) {
+    throw MdsError(fmt::format("{}: {}: the shard holds {} samples, index.json says {}; re-copy "
+                               "the shard or its index.json",
+                               kWho, s.raw_path, count, info.samples),
+                   s.raw_path);
+  }
+  const auto* pick = options.verify_hashes ? pick_mds_hash(info.raw) : nullptr;
+  if (options.verify_hashes && pick == nullptr && !info.raw.hashes.empty()) {
+    logger().debug("{}: {}: no listed hash can be computed by this build: not checked", kWho,
+                   s.raw_path);
+  }
+  if (pick == nullptr) return;
+  const std::string verified = pick->first + ":" + pick->second;
+  const std::string idx = index_path(s.raw_path, options.index_dir);
+  if (auto payload = load_index(idx, kVerifiedMagic, kVerifiedVersion, stat)) {
+    if (std::string_view(reinterpret_cast<const char*>(payload->data()), payload->size()) ==
+        verified) {
+      return;
+    }
+  }
+  const std::string mismatch = hash_mismatch(info.raw, file->bytes(), s.raw_path);
+  if (!mismatch.empty()) throw MdsError(mismatch, s.raw_path);
+  if (options.write_index) {
+    save_index(idx, kVerifiedMagic, kVerifiedVersion, stat,
+               {reinterpret_cast<const std::byte*>(verified.data()), verified.size()});
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+namespace {
+
+std::shared_ptr<const detail::ShardFormat> make_format(const std::string& directory,
+                                                       const MdsOptions& options, bool map_style) {
+  using namespace detail;
+  auto index = read_index(directory);
+  if (index->shards.empty()) {
+    throw MdsError(fmt::format("{}: {}/index.json lists no shards", kWho, directory), directory);
+  }
+  std::vector<MdsShard> shards = locate_shards(directory, *index);
+  if (map_style) {
+    for (std::size_t i = 0; i < shards.size(); ++i)
+      check_raw_shard(index->shards[i], shards[i], options);
+  }
+  return std::make_shared<const MdsFormat>(directory, std::move(index), std::move(shards), options,
+                                           map_style);
+}
+
+}  // namespace
+
+MdsDataset::MdsDataset(const std::string& directory, MdsOptions options)
+    : ShardedDataset(make_format(directory, options, true), options) {}
+
+ShardedStream MdsDataset::stream(const std::string& directory, StreamOptions stream_options,
+                                 MdsOptions options) {
+  return ShardedStream(make_format(directory, options, false), options, std::move(stream_options));
+}
+
+}  // namespace stoker
