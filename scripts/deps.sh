@@ -9,6 +9,8 @@ stoker_required_packages=(
   zlib1g-dev libzstd-dev nlohmann-json3-dev  # TFRecord (gzip) and MDS readers
   libbz2-dev libbrotli-dev libssl-dev libxxhash-dev  # MDS bz2/br shards and shard hashes
   openmpi-bin                   # the mpirun test of DistributedSampler::from_env
+  libopenmpi-dev                # the mpirun equal-batches test of record shards (MPI_Allreduce)
+  libarchive-dev                # compressed record shards (.tar.gz, .tar.zst)
   python3-numpy  # tests cross-check .npy files written by NumPy
   libtorch-dev   # examples/libtorch_interop and dlpack_layout_check (skipped when absent)
 )

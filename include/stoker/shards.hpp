@@ -200,6 +200,8 @@ class ShardedDataset {
  private:
   std::shared_ptr<const detail::ShardFormat> format_;
   std::shared_ptr<const detail::FieldPlan> plan_;
+  std::shared_ptr<const std::vector<std::uint64_t>> first_index_;  // of each shard, and size()
+  std::size_t max_open_shards_ = 64;
   std::unique_ptr<detail::MapReaderState> reader_;  // this copy's files and buffer
 };
 
@@ -245,16 +247,24 @@ class ShardedStream {
                     const LoaderOptions& loader_options) const;
   void load_state(std::string_view state);
 
-  // For the formats' stream factories: `format` knows every shard's record count.
+  // For the formats' stream factories: `format` knows every shard's record count. Throws
+  // std::invalid_argument for bad options (world_size 0, rank >= world_size).
   ShardedStream(std::shared_ptr<const detail::ShardFormat> format, const ShardOptions& options,
                 StreamOptions stream_options);
 
  private:
+  friend class ShardedDataset;
+  ShardedStream(std::shared_ptr<const detail::ShardFormat> format,
+                std::shared_ptr<const detail::FieldPlan> plan, std::size_t max_open_shards,
+                StreamOptions stream_options);
+
   std::shared_ptr<const detail::ShardFormat> format_;
   std::shared_ptr<const detail::FieldPlan> plan_;
+  // Dataset index of each shard's first record (as ShardedDataset numbers them), then T.
+  std::shared_ptr<const std::vector<std::uint64_t>> first_index_;
+  std::size_t max_open_shards_ = 64;
   StreamOptions options_;
-  std::vector<std::uint64_t> first_index_;  // dataset index of each shard's first record
-  std::string pending_state_;               // load_state(), applied by start_epoch()
+  std::string pending_state_;  // load_state(), applied by the start_epoch() of its epoch
   std::unique_ptr<detail::StreamReaderState> reader_;  // this copy's position and buffer
 };
 

@@ -7,13 +7,15 @@
 //      the cached index with index_cache.hpp), so every worker inherits the index by fork().
 //      After construction it is read-only: copies of the dataset in every process share it.
 //   2. num_shards(), shard_name(), shard_records(): from the index. A record is one sample.
-//   3. read(shard, k, files, out): record k of the shard, for map-style access (only when
-//      random_access()). Fill `out` (its buffers are reused between records: no per-record
-//      allocation once warm) reading through `files`, this process's LRU of open shard files
-//      and its read window (files are opened lazily in each worker, never inherited).
-//   4. open(shard, first, files): a RecordCursor reading the shard front to back from record
-//      `first`, for streaming (compressed shards, pipes). A record the cursor cannot read comes
-//      back with RawRecord::error set and the cursor past it (resynchronised, or at the end).
+//   3. read(shard, k, plan, files, out): record k of the shard, for map-style access (only
+//      when random_access()). Fill `out` (its buffers are reused between records: no
+//      per-record allocation once warm) reading through `files`, this process's LRU of open
+//      shard files and its read window (files are opened lazily in each worker, never
+//      inherited). plan.wants(field) says which fields the Sample needs; others may be left out.
+//   4. open(shard, first, plan, files): a RecordCursor reading the shard front to back from
+//      record `first`, for streaming (compressed shards, pipes). A record the cursor cannot
+//      read comes back with RawRecord::error set and the cursor past it (resynchronised, or at
+//      the end). Records must be numbered as the index numbers them.
 //   5. decode(): a record's fields into the Sample. The default gives RawRecord::fields to the
 //      FieldPlan (selection, renaming, decoding of bytes by field name); a format whose fields
 //      are typed (TFRecord's Example features) sets RawField::value instead of bytes, or
@@ -86,8 +88,9 @@ struct RecordRef {
 class RecordCursor {
  public:
   virtual ~RecordCursor() = default;
-  // The next record into `out` (cleared first); false at the shard's end. A record that cannot
-  // be read returns true with out.error set, the cursor past it. Throws stoker::Error only when
+  // The next record into `out` (cleared first); false at the shard's end. Its bytes must be
+  // owned (RawRecord::own or storage): the shuffle buffer keeps records while the cursor
+  // reads on. A record that cannot be read returns true with out.error set, the cursor past it. Throws stoker::Error only when
   // the shard cannot be read any further at all (it could not be opened: a missing file).
   virtual bool next(RawRecord& out) = 0;
   // Moves past the next record without producing it; false at the end. For a start mid-shard.
@@ -119,6 +122,9 @@ class FieldPlan {
   FieldDecoders decoders_;
 };
 
+// True for field names FieldDecoders::defaults() decodes as integers ("cls", "x.index").
+bool is_int_field_name(std::string_view name) noexcept;
+
 class ShardFormat {
  public:
   virtual ~ShardFormat() = default;
@@ -135,12 +141,12 @@ class ShardFormat {
 
   // Map-style: record k of `shard` into `out`. Either process. Throws stoker::Error (naming
   // the shard, record and offset) for a record that cannot be read.
-  virtual void read(std::size_t shard, std::uint64_t k, ShardFiles& files,
-                    RawRecord& out) const = 0;
+  virtual void read(std::size_t shard, std::uint64_t k, const FieldPlan& plan,
+                    ShardFiles& files, RawRecord& out) const = 0;
   // Streaming: a cursor at record `first` of `shard`. Throws stoker::Error when the shard
   // cannot be opened.
   virtual std::unique_ptr<RecordCursor> open(std::size_t shard, std::uint64_t first,
-                                             ShardFiles& files) const = 0;
+                                             const FieldPlan& plan, ShardFiles& files) const = 0;
   // The Sample of a record that was read without error.
   virtual Sample decode(const RawRecord& record, const FieldPlan& plan) const;
 
