@@ -126,18 +126,18 @@ void throw_tfrecord_error(std::string_view source, std::uint64_t offset, std::si
       std::string(source), offset);
 }
 
-std::span<const std::byte> tfrecord_data(std::span<const std::byte> file, std::uint64_t offset,
+std::span<const std::byte> tfrecord_data(std::span<const std::byte> bytes, std::uint64_t offset,
                                          bool verify_crc, std::string_view source,
-                                         std::size_t record) {
-  if (offset > file.size()) {
+                                         std::size_t record, std::uint64_t base) {
+  if (offset > bytes.size()) {
     throw_tfrecord_error(
-        source, offset, record,
-        fmt::format("the offset is past the end of the {}-byte file", file.size()));
+        source, base + offset, record,
+        fmt::format("the offset is past the end of the {}-byte file", bytes.size()));
   }
-  const auto rest = file.subspan(static_cast<std::size_t>(offset));
+  const auto rest = bytes.subspan(static_cast<std::size_t>(offset));
   const FrameCheck check = check_tfrecord_frame(rest, verify_crc, true);
   if (check.status != FrameStatus::kOk) {
-    throw_tfrecord_error(source, offset, record, describe_frame(check, rest.size()));
+    throw_tfrecord_error(source, base + offset, record, describe_frame(check, rest.size()));
   }
   return rest.subspan(kTFRecordHeaderBytes, static_cast<std::size_t>(check.length));
 }

@@ -72,12 +72,13 @@ TFRecordIndex index_tfrecords(std::span<const std::byte> file, bool verify_crc);
 // bytes.size() when there is none (always, with `verify_crc` false: nothing tells a frame).
 std::size_t find_next_frame(std::span<const std::byte> bytes, std::size_t from, bool verify_crc);
 
-// The data of the record whose header is at `offset` of `file`; checks its bounds (always) and
-// its data CRC (with `verify_crc`). Throws TFRecordError naming `source`, the offset and
-// `record` (its number in the file) when either is wrong.
-std::span<const std::byte> tfrecord_data(std::span<const std::byte> file, std::uint64_t offset,
+// The data of the record whose header is at `offset` of `bytes`; checks its bounds (always) and
+// its data CRC (with `verify_crc`). `bytes` starts at byte `base` of the file (a read window).
+// Throws TFRecordError naming `source`, the record's offset in the file and `record` (its
+// number in the file) when either is wrong.
+std::span<const std::byte> tfrecord_data(std::span<const std::byte> bytes, std::uint64_t offset,
                                          bool verify_crc, std::string_view source,
-                                         std::size_t record);
+                                         std::size_t record, std::uint64_t base = 0);
 
 // Throws TFRecordError: "TFRecordDataset: <source>: record <record> at byte <offset>: <what>;
 // <advice>".

@@ -204,7 +204,7 @@ class TFRecordFormat final : public ShardFormat {
     // The frame runs to the next entry's start (a good record is followed by the next frame).
     const std::uint64_t end = i + 1 < ix.entries.size() ? entry_start(ix, i + 1) : s.bytes;
     const auto frame = files.read(shard, s.name, e, static_cast<std::size_t>(end - e));
-    out.set_borrowed(tfrecord_data(frame, 0, verify_, s.name, i));
+    out.set_borrowed(tfrecord_data(frame, 0, verify_, s.name, i, e));
     if (out.data.size() + kTFRecordOverhead != frame.size()) {  // the index no longer fits
       throw_tfrecord_error(s.name, e, i,
                            "the record's length disagrees with the index: the file changed "
