@@ -55,27 +55,17 @@ std::string join_path(const std::string& directory, const std::string& name) {
   return directory.back() == '/' ? directory + name : directory + "/" + name;
 }
 
-// All of a file, through the shard engine's byte source (a regular file or a FIFO).
-std::vector<std::byte> read_whole(const std::string& path, std::uint64_t expected) {
-  auto source = open_stream_source(path, 0, kWho);
-  std::vector<std::byte> out(static_cast<std::size_t>(expected) + 1);
-  std::size_t got = 0;
-  while (got < out.size()) {
-    const std::size_t n = source->read(std::span<std::byte>(out).subspan(got));
-    if (n == 0) break;
-    got += n;
+// A shard file whole, mapped (its bytes as they are: the engine's byte sources would undo a
+// .gz or .bz2 suffix), checked against the size index.json gives.
+std::shared_ptr<const MappedFile> map_whole(const std::string& path, std::uint64_t expected) {
+  auto file = MappedFile::open(path, "MdsDataset");
+  if (file->size() != expected) {
+    throw MdsError(fmt::format("{}: {}: the file is {} bytes, index.json says {}; it is damaged or "
+                               "not the one the index was written with: re-copy it",
+                               kWho, path, file->size(), expected),
+                   path);
   }
-  if (got != expected) {
-    throw MdsError(
-        fmt::format("{}: {}: the file is {} bytes, index.json says {}; it is damaged or "
-                    "not the one the index was written with: re-copy it",
-                    kWho, path,
-                    got > expected ? "more than " + std::to_string(expected) : std::to_string(got),
-                    expected),
-        path);
-  }
-  out.resize(got);
-  return out;
+  return file;
 }
 
 // "" when `data` matches a hash `file` lists (or none can be checked here), else the message.
@@ -102,14 +92,17 @@ class MdsCursor final : public RecordCursor {
       : shard_(shard), info_(info), name_(s.raw_present ? s.raw_path : s.zip_path), next_(first) {
     try {
       if (s.raw_present) {
-        data_ = read_whole(s.raw_path, info.raw.bytes);
+        raw_file_ = map_whole(s.raw_path, info.raw.bytes);
+        data_ = raw_file_->bytes();
         if (verify) error_ = hash_mismatch(info.raw, data_, s.raw_path);
       } else {
-        const std::vector<std::byte> zip = read_whole(s.zip_path, info.zip->bytes);
-        if (verify) error_ = hash_mismatch(*info.zip, zip, s.zip_path);
+        const auto zip = map_whole(s.zip_path, info.zip->bytes);
+        if (verify) error_ = hash_mismatch(*info.zip, zip->bytes(), s.zip_path);
         if (error_.empty()) {
-          data_ = decompress_shard(info.codec, zip, static_cast<std::size_t>(info.raw.bytes),
-                                   fmt::format("{}: {}", kWho, s.zip_path));
+          decompressed_ =
+              decompress_shard(info.codec, zip->bytes(), static_cast<std::size_t>(info.raw.bytes),
+                               fmt::format("{}: {}", kWho, s.zip_path));
+          data_ = decompressed_;
         }
       }
       if (error_.empty()) check_mds_shard(data_, info, fmt::format("{}: {}", kWho, name_), name_);
@@ -150,7 +143,9 @@ class MdsCursor final : public RecordCursor {
   const MdsShardInfo& info_;
   std::string name_;
   std::uint64_t next_;
-  std::vector<std::byte> data_;
+  std::shared_ptr<const MappedFile> raw_file_;  // a raw shard, mapped
+  std::vector<std::byte> decompressed_;         // or a compressed one, decompressed
+  std::span<const std::byte> data_;             // the raw shard's bytes
   std::string error_;
 };
 
