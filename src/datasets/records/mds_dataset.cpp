@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "datasets/records/compression.hpp"
+#include "datasets/records/mapped_shards.hpp"
 #include "datasets/records/mds_index.hpp"
 #include "datasets/records/mds_shard.hpp"
 #include "datasets/shards/byte_source.hpp"
@@ -105,7 +106,10 @@ class MdsCursor final : public RecordCursor {
           data_ = decompressed_;
         }
       }
-      if (error_.empty()) check_mds_shard(data_, info, fmt::format("{}: {}", kWho, name_), name_);
+      if (error_.empty()) {
+        const std::string where = fmt::format("{}: {}", kWho, name_);
+        check_mds_shard(data_, info, std::string_view(where), name_);
+      }
     } catch (const MdsError& e) {
       error_ = e.what();
     } catch (const Error& e) {  // corrupt compressed data
@@ -149,6 +153,19 @@ class MdsCursor final : public RecordCursor {
   std::string error_;
 };
 
+// Messages name the record, and the column: made only when there is an error.
+struct ColumnRef {
+  const RecordRef* record;
+  std::string_view column;
+};
+std::string describe_record(const void* ref) {
+  return static_cast<const RecordRef*>(ref)->describe();
+}
+std::string describe_column(const void* at) {
+  const auto* c = static_cast<const ColumnRef*>(at);
+  return fmt::format("{} column '{}'", c->record->describe(), c->column);
+}
+
 // Scratch for decode(), one per process (the loader decodes on one thread).
 struct DecodeScratch {
   std::vector<MdsCell> cells;
@@ -159,7 +176,8 @@ class MdsFormat final : public ShardFormat {
  public:
   MdsFormat(std::string directory, std::shared_ptr<const MdsIndex> index,
             std::vector<MdsShard> shards, const MdsOptions& options, bool random_access)
-      : directory_(std::move(directory)),
+      : mapped_(options.max_open_shards),
+        directory_(std::move(directory)),
         index_(std::move(index)),
         shards_(std::move(shards)),
         decoders_(options.decoders),
@@ -180,19 +198,30 @@ class MdsFormat final : public ShardFormat {
   }
   bool random_access() const noexcept override { return random_access_; }
 
-  void read(std::size_t shard, std::uint64_t k, const FieldPlan&, ShardFiles& files,
+  // Through the mapping of the shard (MappedShards), not ShardFiles: the offsets and the
+  // sample are read with no system call.
+  void read(std::size_t shard, std::uint64_t k, const FieldPlan&, ShardFiles&,
             RawRecord& out) const override {
     const MdsShardInfo& info = index_->shards[shard];
     const MdsShard& s = shards_[shard];
     out.clear();
     out.shard = shard;
     out.ordinal = k;
-    const std::string where = ref(out).describe();
-    const auto pair = files.read(shard, s.raw_path, 4 + 4 * k, 8);
-    const MdsSampleRange r = mds_sample_range(pair, k, info, where, s.raw_path);
+    const auto file = mapped_.get(shard, s.raw_path, "MdsDataset");
+    const std::span<const std::byte> bytes = file->bytes();
+    if (bytes.size() != info.raw.bytes) {
+      throw MdsError(fmt::format("{}: the file is {} bytes, index.json says {}: it changed after "
+                                 "the dataset was opened; re-copy it",
+                                 ref(out).describe(), bytes.size(), info.raw.bytes),
+                     s.raw_path);
+    }
+    const auto k_at = static_cast<std::size_t>(4 + 4 * k);  // k < samples < 2^30
+    const RecordRef where = ref(out);
+    const MdsSampleRange r = mds_sample_range(bytes.subspan(k_at, 8), k, info,
+                                              MdsWhere(&describe_record, &where), s.raw_path);
     out.offset = r.begin;
-    out.set_borrowed(
-        files.read(shard, s.raw_path, r.begin, static_cast<std::size_t>(r.end - r.begin)));
+    out.set_borrowed(bytes.subspan(static_cast<std::size_t>(r.begin),
+                                   static_cast<std::size_t>(r.end - r.begin)));
   }
 
   std::unique_ptr<RecordCursor> open(std::size_t shard, std::uint64_t first, const FieldPlan&,
@@ -206,9 +235,9 @@ class MdsFormat final : public ShardFormat {
     const MdsShardInfo& info = index_->shards[record.shard];
     const MdsShard& s = shards_[record.shard];
     const RecordRef where_ref = ref(record);
-    const std::string where = where_ref.describe();
     const std::span<const std::byte> bytes = record.bytes();
-    split_mds_sample(bytes, info.columns, scratch.cells, where, where_ref.shard);
+    split_mds_sample(bytes, info.columns, scratch.cells, MdsWhere(&describe_record, &where_ref),
+                     where_ref.shard);
     RawRecord& typed = scratch.typed;
     typed.fields.clear();
     typed.set_borrowed(bytes);
@@ -217,6 +246,7 @@ class MdsFormat final : public ShardFormat {
       if (!plan.wants(column.name)) continue;
       const MdsCell cell = scratch.cells[c];
       const auto value = bytes.subspan(cell.offset, cell.size);
+      const ColumnRef at{&where_ref, column.name};
       RawField field;
       field.name = column.name;
       switch (s.actions[c]) {
@@ -227,12 +257,11 @@ class MdsFormat final : public ShardFormat {
         case Action::kImage:
           field.value =
               (*s.image[c])({reinterpret_cast<const std::uint8_t*>(value.data()), value.size()},
-                            fmt::format("{} column '{}'", where, column.name));
+                            describe_column(&at));
           break;
         case Action::kTyped:
-          field.value =
-              decode_mds_value(column.encoding, value,
-                               fmt::format("{} column '{}'", where, column.name), where_ref.shard);
+          field.value = decode_mds_value(column.encoding, value, MdsWhere(&describe_column, &at),
+                                         where_ref.shard);
           break;
       }
       typed.fields.push_back(std::move(field));
@@ -274,6 +303,7 @@ class MdsFormat final : public ShardFormat {
     }
   }
 
+  MappedShards mapped_;  // this process's mappings of the raw shards (map-style reads)
   std::string directory_;
   std::shared_ptr<const MdsIndex> index_;
   std::vector<MdsShard> shards_;

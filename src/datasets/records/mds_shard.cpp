@@ -26,9 +26,9 @@ std::uint64_t load_le(const std::byte* p, std::size_t n) noexcept {
   return v;
 }
 
-[[noreturn]] void fail(std::string_view where, std::string_view path, std::string_view what,
+[[noreturn]] void fail(const MdsWhere& where, std::string_view path, std::string_view what,
                        std::string_view advice = "the shard is damaged: re-create or re-copy it") {
-  throw MdsError(fmt::format("{}: {}; {}", where, what, advice), std::string(path));
+  throw MdsError(fmt::format("{}: {}; {}", where.str(), what, advice), std::string(path));
 }
 
 // Copies little-endian values into an owning tensor (byte-swapped on a big-endian host).
@@ -66,7 +66,7 @@ std::string printable(std::string_view s) {
   return s.size() > 40 ? out + "..." : out;
 }
 
-Tensor decode_int_text(std::span<const std::byte> bytes, std::string_view where,
+Tensor decode_int_text(std::span<const std::byte> bytes, const MdsWhere& where,
                        std::string_view path) {
   std::string_view text = trim(as_text(bytes));
   if (!text.empty() && text.front() == '+') text.remove_prefix(1);
@@ -81,7 +81,7 @@ Tensor decode_int_text(std::span<const std::byte> bytes, std::string_view where,
 }
 
 Tensor decode_float_text(std::span<const std::byte> bytes, std::string_view encoding,
-                         std::string_view where, std::string_view path) {
+                         const MdsWhere& where, std::string_view path) {
   std::string_view text = trim(as_text(bytes));
   if (!text.empty() && text.front() == '+') text.remove_prefix(1);
   double v = 0;
@@ -126,8 +126,8 @@ std::optional<DType> ndarray_dtype(std::uint8_t code) noexcept {
 
 // [dtype: 1 byte, unless the encoding fixes it] [ndim << 2 | shape width code: 1 byte, and
 // ndim dimensions of 1, 2, 4 or 8 bytes, unless the encoding fixes the shape] [values].
-Tensor decode_ndarray(const MdsEncoding& e, std::span<const std::byte> bytes,
-                      std::string_view where, std::string_view path) {
+Tensor decode_ndarray(const MdsEncoding& e, std::span<const std::byte> bytes, const MdsWhere& where,
+                      std::string_view path) {
   std::size_t pos = 0;
   const auto need = [&](std::size_t n, std::string_view what) {
     if (n > bytes.size() - pos) {
@@ -190,7 +190,7 @@ Tensor decode_ndarray(const MdsEncoding& e, std::span<const std::byte> bytes,
 }
 
 // PIL: [width u32] [height u32] [mode length u32] [mode] [pixels, row-major, channels last].
-Tensor decode_pil(std::span<const std::byte> bytes, std::string_view where, std::string_view path) {
+Tensor decode_pil(std::span<const std::byte> bytes, const MdsWhere& where, std::string_view path) {
   if (bytes.size() < 12) fail(where, path, fmt::format("pil value of {} bytes", bytes.size()));
   const std::uint64_t width = load_le(bytes.data(), 4);
   const std::uint64_t height = load_le(bytes.data() + 4, 4);
@@ -221,7 +221,7 @@ Tensor decode_pil(std::span<const std::byte> bytes, std::string_view where, std:
 }  // namespace
 
 void check_mds_shard(std::span<const std::byte> shard, const MdsShardInfo& info,
-                     std::string_view where, std::string_view path) {
+                     const MdsWhere& where, std::string_view path) {
   const auto bad = [&](std::string_view what) { fail(where, path, what); };
   if (shard.size() != info.raw.bytes) {
     bad(fmt::format("the shard is {} bytes, index.json says {}", shard.size(), info.raw.bytes));
@@ -249,7 +249,7 @@ void check_mds_shard(std::span<const std::byte> shard, const MdsShardInfo& info,
 }
 
 MdsSampleRange mds_sample_range(std::span<const std::byte> offset_pair, std::uint64_t k,
-                                const MdsShardInfo& info, std::string_view where,
+                                const MdsShardInfo& info, const MdsWhere& where,
                                 std::string_view path) {
   if (offset_pair.size() < 8) fail(where, path, "the offset table is truncated");
   const MdsSampleRange r{load_le(offset_pair.data(), 4), load_le(offset_pair.data() + 4, 4)};
@@ -263,7 +263,7 @@ MdsSampleRange mds_sample_range(std::span<const std::byte> offset_pair, std::uin
 }
 
 void split_mds_sample(std::span<const std::byte> sample, const std::vector<MdsColumn>& columns,
-                      std::vector<MdsCell>& out, std::string_view where, std::string_view path) {
+                      std::vector<MdsCell>& out, const MdsWhere& where, std::string_view path) {
   out.resize(columns.size());
   std::size_t pos = 0;
   for (std::size_t c = 0; c < columns.size(); ++c) {
@@ -294,7 +294,7 @@ void split_mds_sample(std::span<const std::byte> sample, const std::vector<MdsCo
 }
 
 Tensor decode_mds_value(const MdsEncoding& encoding, std::span<const std::byte> bytes,
-                        std::string_view where, std::string_view path) {
+                        const MdsWhere& where, std::string_view path) {
   switch (encoding.kind) {
     case MdsKind::kBytes:
     case MdsKind::kStr:

@@ -19,11 +19,28 @@
 
 namespace stoker::detail {
 
+// What a message is about ("MdsDataset: <shard>: record 5 at byte 80 column 'x'"): a text, or
+// a function that makes it, called only when there is an error to report (the common path
+// formats nothing).
+class MdsWhere {
+ public:
+  MdsWhere(std::string_view text) noexcept : text_(text) {}  // NOLINT: implicit on purpose
+  MdsWhere(const char* text) noexcept : text_(text) {}       // NOLINT
+  MdsWhere(std::string (*make)(const void*), const void* context) noexcept
+      : make_(make), context_(context) {}
+  std::string str() const { return make_ != nullptr ? make_(context_) : std::string(text_); }
+
+ private:
+  std::string_view text_;
+  std::string (*make_)(const void*) = nullptr;
+  const void* context_ = nullptr;
+};
+
 // Checks a whole raw shard in memory against its index entry: its size, the sample count, and
 // that the offsets rise from past the header to the end of the file. Throws MdsError whose
 // message starts with `where` ("MdsDataset: <shard>") and names `path`.
 void check_mds_shard(std::span<const std::byte> shard, const MdsShardInfo& info,
-                     std::string_view where, std::string_view path);
+                     const MdsWhere& where, std::string_view path);
 
 struct MdsSampleRange {
   std::uint64_t begin = 0;
@@ -32,7 +49,7 @@ struct MdsSampleRange {
 // Sample k's byte range from the 8 bytes at 4 + 4k of the shard (offsets[k], offsets[k+1]),
 // checked against the shard's size and sample count. Throws MdsError as check_mds_shard.
 MdsSampleRange mds_sample_range(std::span<const std::byte> offset_pair, std::uint64_t k,
-                                const MdsShardInfo& info, std::string_view where,
+                                const MdsShardInfo& info, const MdsWhere& where,
                                 std::string_view path);
 
 // One column's bytes within a sample.
@@ -43,7 +60,7 @@ struct MdsCell {
 // Cuts `sample` into its columns (out is resized to the column count). The sizes must add up
 // to the sample exactly. Throws MdsError starting with `where` (the record) otherwise.
 void split_mds_sample(std::span<const std::byte> sample, const std::vector<MdsColumn>& columns,
-                      std::vector<MdsCell>& out, std::string_view where, std::string_view path);
+                      std::vector<MdsCell>& out, const MdsWhere& where, std::string_view path);
 
 // The tensor of a column value of a typed encoding: int/str_int -> int64 scalar, the numeric
 // scalars -> a scalar of their dtype, str_float/str_decimal -> float64 scalar, ndarray -> its
@@ -51,7 +68,7 @@ void split_mds_sample(std::span<const std::byte> sample, const std::vector<MdsCo
 // png) -> uint8 [n]. Throws MdsError naming `where` for bytes that do not fit the encoding,
 // and for pkl.
 Tensor decode_mds_value(const MdsEncoding& encoding, std::span<const std::byte> bytes,
-                        std::string_view where, std::string_view path);
+                        const MdsWhere& where, std::string_view path);
 
 // Hashes. The algorithms of Python's hashlib and xxhash that MDSWriter may list, as far as this
 // build can compute them (OpenSSL's libcrypto, libxxhash; both optional).
