@@ -252,6 +252,32 @@ std::uint64_t StreamSource::skip(std::uint64_t n) {
   return done;
 }
 
+namespace {
+class MemorySource final : public StreamSource {
+ public:
+  explicit MemorySource(std::span<const std::byte> data) : data_(data) {}
+  std::size_t read(std::span<std::byte> dst) override {
+    const std::size_t n = std::min(dst.size(), data_.size() - pos_);
+    std::copy_n(data_.data() + pos_, n, dst.data());
+    pos_ += n;
+    return n;
+  }
+  std::uint64_t skip(std::uint64_t n) override {
+    const std::uint64_t k = std::min<std::uint64_t>(n, data_.size() - pos_);
+    pos_ += static_cast<std::size_t>(k);
+    return k;
+  }
+
+ private:
+  std::span<const std::byte> data_;
+  std::size_t pos_ = 0;
+};
+}  // namespace
+
+std::unique_ptr<StreamSource> memory_source(std::span<const std::byte> data) {
+  return std::make_unique<MemorySource>(data);
+}
+
 bool is_pipe_shard(std::string_view name) noexcept { return name.substr(0, 5) == "pipe:"; }
 
 bool is_compressed_shard(std::string_view name) noexcept {

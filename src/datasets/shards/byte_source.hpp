@@ -23,6 +23,9 @@ class StreamSource {
   virtual std::uint64_t skip(std::uint64_t n);
 };
 
+// The bytes of `data` (which the caller keeps alive): tests and the fuzz target.
+std::unique_ptr<StreamSource> memory_source(std::span<const std::byte> data);
+
 // True for "pipe:<command>" shard names.
 bool is_pipe_shard(std::string_view name) noexcept;
 // True when the name ends in a compression suffix libarchive is asked to undo

@@ -76,7 +76,8 @@ struct SavedState {
   std::uint64_t rank = 0;
   std::uint64_t workers = 0;
   std::string policy;
-  std::vector<std::uint64_t> delivered;  // per worker of this rank
+  std::uint64_t batches = 0;             // batches the consumer had received
+  std::vector<std::uint64_t> delivered;  // records of each worker's stream of this rank
 };
 
 std::string_view policy_name(EqualBatches p) { return p == EqualBatches::kPad ? "pad" : "drop"; }
@@ -97,7 +98,7 @@ SavedState parse_state(std::string_view text) {
   SavedState s;
   std::size_t pos = 0;
   int field = 0;
-  bool have[10] = {};
+  bool have[10] = {};  // the keys below, then policy and delivered
   while (pos < text.size()) {
     const std::size_t space = text.find(' ', pos);
     const std::string_view word =
@@ -115,7 +116,7 @@ SavedState parse_state(std::string_view text) {
       const std::string_view value = word.substr(eq + 1);
       const std::pair<std::string_view, std::uint64_t*> numbers[] = {
           {"epoch", &s.epoch}, {"seed", &s.seed},   {"total", &s.total},     {"shards", &s.shards},
-          {"world", &s.world}, {"rank", &s.rank}, {"workers", &s.workers}};
+          {"world", &s.world}, {"rank", &s.rank}, {"workers", &s.workers}, {"batches", &s.batches}};
       bool known = false;
       for (std::size_t i = 0; i < std::size(numbers); ++i) {
         if (key != numbers[i].first) continue;
@@ -125,7 +126,7 @@ SavedState parse_state(std::string_view text) {
       if (key == "policy") {
         if (value != "pad" && value != "drop") throw bad("policy is neither pad nor drop");
         s.policy = std::string(value);
-        have[7] = known = true;
+        have[8] = known = true;
       } else if (key == "delivered") {
         std::string_view rest = value;
         while (!rest.empty()) {
@@ -136,14 +137,14 @@ SavedState parse_state(std::string_view text) {
           if (comma == std::string_view::npos) break;
           rest.remove_prefix(comma + 1);
         }
-        have[8] = known = true;
+        have[9] = known = true;
       }
       if (!known) throw bad(fmt::format("unknown key '{}'", key));
     }
     ++field;
   }
-  for (std::size_t i = 0; i < 9; ++i) {
-    if (!have[i]) throw bad("a key is missing");
+  for (const bool h : have) {
+    if (!h) throw bad("a key is missing");
   }
   if (s.delivered.size() != std::max<std::uint64_t>(s.workers, 1) || s.rank >= s.world) {
     throw bad("its counts do not agree");
@@ -465,7 +466,17 @@ void ShardedStream::start_epoch(std::uint64_t epoch) {
   st.started = true;
   st.epoch = epoch;
   st.split = split(static_cast<int>(workers));
-  st.stream = options_.rank * workers + worker;
+  std::optional<detail::SavedState> saved;
+  if (!pending_state_.empty()) {
+    saved = detail::parse_state(pending_state_);
+    if (saved->epoch != epoch) saved.reset();
+  }
+  // A resumed epoch's first batch is the one after the last received, which came from worker
+  // (batches mod workers): each worker w goes on with the stream of worker w + batches, so the
+  // loader's round robin from worker 0 delivers the remaining batches in their order.
+  const std::size_t plays =
+      saved ? static_cast<std::size_t>((worker + saved->batches) % workers) : worker;
+  st.stream = options_.rank * workers + plays;
   const std::size_t num_shards = format_->num_shards();
   st.order.resize(num_shards);
   for (std::size_t s = 0; s < num_shards; ++s) st.order[s] = s;
@@ -487,25 +498,23 @@ void ShardedStream::start_epoch(std::uint64_t epoch) {
   st.buffer.clear();
   st.rng = Generator::from({options_.seed, epoch, st.stream, st.split.streams, detail::kBufferKey});
 
-  if (pending_state_.empty()) return;
-  const detail::SavedState saved = detail::parse_state(pending_state_);
-  if (saved.epoch != epoch) return;
-  if (saved.seed != options_.seed || saved.total != st.split.total ||
-      saved.shards != num_shards || saved.world != options_.world_size ||
-      saved.rank != options_.rank || std::max<std::uint64_t>(saved.workers, 1) != workers ||
-      saved.policy != detail::policy_name(options_.equal_batches)) {
+  if (!saved) return;
+  if (saved->seed != options_.seed || saved->total != st.split.total ||
+      saved->shards != num_shards || saved->world != options_.world_size ||
+      saved->rank != options_.rank || std::max<std::uint64_t>(saved->workers, 1) != workers ||
+      saved->policy != detail::policy_name(options_.equal_batches)) {
     throw std::invalid_argument(fmt::format(
         "ShardedStream: the loaded state was saved with seed {}, {} records in {} shards, rank "
         "{} of {}, {} workers, policy {}; this stream has seed {}, {} records in {} shards, rank "
         "{} of {}, {} workers, policy {}: resume with the same shards and options",
-        saved.seed, saved.total, saved.shards, saved.rank, saved.world, saved.workers,
-        saved.policy, options_.seed, st.split.total, num_shards, options_.rank,
+        saved->seed, saved->total, saved->shards, saved->rank, saved->world, saved->workers,
+        saved->policy, options_.seed, st.split.total, num_shards, options_.rank,
         options_.world_size, info == nullptr ? 0 : workers,
         detail::policy_name(options_.equal_batches)));
   }
   // Replay the draws of the records already delivered, without decoding them, so the buffer
   // and the generator stand exactly where they stood.
-  const std::uint64_t skip = std::min(saved.delivered[worker], st.split.per_stream);
+  const std::uint64_t skip = std::min(saved->delivered[plays], st.split.per_stream);
   const std::size_t capacity = options_.shuffle ? std::max<std::size_t>(options_.shuffle_buffer, 1) : 1;
   detail::RawRecord record;
   while (st.delivered < skip) {
@@ -567,10 +576,10 @@ std::string ShardedStream::state(std::uint64_t epoch, std::uint64_t batches,
   }
   return fmt::format(
       "{} {} epoch={} seed={} total={} shards={} world={} rank={} workers={} policy={} "
-      "delivered={}",
+      "batches={} delivered={}",
       detail::kStateMagic, detail::kStateVersion, epoch, options_.seed, s.total, num_shards(),
       options_.world_size, options_.rank, loader_options.num_workers,
-      detail::policy_name(options_.equal_batches), delivered);
+      detail::policy_name(options_.equal_batches), batches, delivered);
 }
 
 void ShardedStream::load_state(std::string_view state) {

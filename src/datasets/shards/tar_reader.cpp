@@ -227,12 +227,13 @@ TarScanner::Step TarScanner::truncated(std::uint64_t offset, std::string detail,
                                        TarDamage& damage) {
   ended_ = true;
   data_pending_ = false;
-  damage = TarDamage{TarProblem::kTruncated, offset, pos_, std::move(detail), in_member};
+  damage = TarDamage{TarProblem::kTruncated, offset, pos_, std::move(detail), in_member, {}};
   return Step::kDamage;
 }
 
 TarScanner::Step TarScanner::resync(TarProblem problem, std::uint64_t offset, std::string detail,
                                     TarDamage& damage) {
+  damage.name_hint = hint_;
   // The next block that is a ustar header with a right checksum (requiring the magic makes a
   // false match inside member data unlikely) is where reading goes on.
   std::array<std::byte, kTarBlock> block;
@@ -242,7 +243,7 @@ TarScanner::Step TarScanner::resync(TarProblem problem, std::uint64_t offset, st
     const std::size_t got = read_block(block);
     if (got < kTarBlock) {
       ended_ = true;
-      damage = TarDamage{problem, offset, at, std::move(detail), false};
+      damage = TarDamage{problem, offset, at, std::move(detail), false, std::move(damage.name_hint)};
       return Step::kDamage;
     }
     TarHeader header;
@@ -251,7 +252,8 @@ TarScanner::Step TarScanner::resync(TarProblem problem, std::uint64_t offset, st
     if (parse == HeaderParse::kZero) {
       if (++zeros == 2) {  // the end-of-archive marker
         ended_ = true;
-        damage = TarDamage{problem, offset, at - kTarBlock, std::move(detail), false};
+        damage = TarDamage{problem, offset, at - kTarBlock, std::move(detail), false,
+                           std::move(damage.name_hint)};
         return Step::kDamage;
       }
       continue;
@@ -261,7 +263,8 @@ TarScanner::Step TarScanner::resync(TarProblem problem, std::uint64_t offset, st
       pushed_ = block;
       has_pushed_ = true;
       pos_ = at;
-      damage = TarDamage{problem, offset, at, std::move(detail), false};
+      damage = TarDamage{problem, offset, at, std::move(detail), false,
+                         std::move(damage.name_hint)};
       return Step::kDamage;
     }
   }
@@ -317,6 +320,11 @@ TarScanner::Step TarScanner::next(TarMember& member, TarDamage& damage) {
       continue;
     }
     if (parse == HeaderParse::kBad) {
+      hint_.clear();
+      const std::string_view name = text_field(block, kNameAt, kNameLen);
+      if (std::all_of(name.begin(), name.end(), [](char c) { return c >= 32 && c < 127; })) {
+        hint_ = std::string(name);
+      }
       std::string detail =
           problem == TarProblem::kBadChecksum
               ? fmt::format("stored checksum {}, computed {}", header.stored_checksum,
@@ -324,6 +332,7 @@ TarScanner::Step TarScanner::next(TarMember& member, TarDamage& damage) {
               : std::string("its size field is not octal or base-256");
       return resync(problem, at, std::move(detail), damage);
     }
+    hint_.clear();
     const std::uint64_t data_at = pos_;
     const std::uint64_t size = header.type == 'x' || header.type == 'g' || header.type == 'L' ||
                                        header.type == 'K' || !pax.size
@@ -397,12 +406,12 @@ TarScanner::Step TarScanner::next(TarMember& member, TarDamage& damage) {
 
 bool TarScanner::read_data(std::span<std::byte> dst, TarDamage& damage) {
   const std::uint64_t start = pos_;
-  data_pending_ = false;
   if (!read_exact(dst)) {
     truncated(start, "inside the data of a member", true, damage);
     return false;
   }
-  if (!skip_to(data_end_)) ended_ = true;  // the padding is missing: nothing can follow
+  // The padding is skipped by the next call of next(), as for data that is not read, so a
+  // shard cut inside it reads the same either way.
   return true;
 }
 
@@ -429,7 +438,7 @@ void TarSampleReader::take_member(TarSample& out, bool read_bytes) {
     if (existing.field == field && !out.damage) {
       out.damage = TarDamage{TarProblem::kDuplicateField, m.header_offset, m.data_offset,
                              fmt::format("field '{}' of key '{}' appears twice", field, key),
-                             false};
+                             false, {}};
     }
   }
   TarSample::Member member;
@@ -440,7 +449,7 @@ void TarSampleReader::take_member(TarSample& out, bool read_bytes) {
   if (want) {
     if (m.size > out.storage.max_size() - out.storage.size()) {
       out.damage = TarDamage{TarProblem::kBadNumber, m.header_offset, m.data_offset,
-                             fmt::format("a member of {} bytes", m.size), false};
+                             fmt::format("a member of {} bytes", m.size), false, {}};
     } else {
       member.stored_at = out.storage.size();
       out.storage.resize(out.storage.size() + static_cast<std::size_t>(m.size));
@@ -457,6 +466,27 @@ void TarSampleReader::take_member(TarSample& out, bool read_bytes) {
   out.members.push_back(std::move(member));
   pending_.reset();
 }
+
+TarScanner::Step TarSampleReader::after_damage(TarMember& member, TarDamage& d) {
+  for (;;) {
+    TarDamage more;
+    const TarScanner::Step step = scanner_.next(member, more);
+    if (step != TarScanner::Step::kDamage) return step;
+    if (more.in_member) {
+      ended_ = true;  // truncated inside the member after the damage: nothing follows
+      return TarScanner::Step::kEnd;
+    }
+    d.resume = more.resume;  // two damaged stretches in a row are one
+  }
+}
+
+namespace {
+std::string_view key_of(std::string_view name) {
+  std::string_view key;
+  std::string_view field;
+  return split_member_name(name, key, field) ? key : std::string_view{};
+}
+}  // namespace
 
 bool TarSampleReader::next(TarSample& out, bool read_bytes) {
   out.clear();
@@ -476,10 +506,24 @@ bool TarSampleReader::next(TarSample& out, bool read_bytes) {
       case TarScanner::Step::kEnd:
         ended_ = true;
         return false;
-      case TarScanner::Step::kDamage:
+      case TarScanner::Step::kDamage: {
+        if (!d.in_member) {
+          TarMember after;
+          const TarScanner::Step step = after_damage(after, d);
+          if (step == TarScanner::Step::kEnd) ended_ = true;
+          if (step == TarScanner::Step::kMember && split_member_name(after.path, key, field)) {
+            const bool belongs = !d.name_hint.empty() && key_of(d.name_hint) == key;
+            pending_ = std::move(after);
+            if (belongs) {
+              attach_next_ = std::move(d);
+              break;
+            }
+          }
+        }
         out.offset = d.offset;
         out.damage = std::move(d);
         return true;
+      }
       case TarScanner::Step::kMember:
         if (split_member_name(m.path, key, field)) pending_ = std::move(m);
         break;
@@ -488,6 +532,11 @@ bool TarSampleReader::next(TarSample& out, bool read_bytes) {
   split_member_name(pending_->path, key, field);
   out.key = std::string(key);
   out.offset = pending_->header_offset;
+  if (attach_next_) {
+    out.offset = attach_next_->offset;
+    out.damage = std::move(attach_next_);
+    attach_next_.reset();
+  }
   take_member(out, read_bytes);
   for (;;) {
     if (ended_) return true;
@@ -512,36 +561,34 @@ bool TarSampleReader::next(TarSample& out, bool read_bytes) {
           ended_ = true;
           return true;
         }
-        // Whose is the damaged stretch? This sample's, when the members after it continue it.
-        for (;;) {
-          TarMember after;
-          TarDamage more;
-          const TarScanner::Step step = scanner_.next(after, more);
-          if (step == TarScanner::Step::kDamage && !more.in_member) {
-            d.resume = more.resume;  // two stretches in a row are one
-            continue;
+        const std::string_view hint = key_of(d.name_hint);
+        TarMember after;
+        const TarScanner::Step step = after_damage(after, d);
+        const bool after_is_sample =
+            step == TarScanner::Step::kMember && split_member_name(after.path, key, field);
+        if (after_is_sample && key == out.key) {  // the sample goes on after the damage
+          if (!out.damage) {
+            d.offset = out.offset;
+            out.damage = std::move(d);
           }
-          if (step == TarScanner::Step::kMember && split_member_name(after.path, key, field) &&
-              key == out.key) {
-            if (!out.damage) {
-              d.offset = out.offset;
-              out.damage = std::move(d);
-            }
-            pending_ = std::move(after);
-            take_member(out, false);
-            break;
-          }
-          if (step == TarScanner::Step::kMember) {
-            if (split_member_name(after.path, key, field)) pending_ = std::move(after);
-          } else if (step == TarScanner::Step::kDamage) {
-            ended_ = true;  // truncated inside the member after the damage
-          } else {
-            ended_ = true;
-          }
-          pending_damage_ = std::move(d);
-          return true;
+          pending_ = std::move(after);
+          take_member(out, false);
+          continue;
         }
-        continue;
+        if (step == TarScanner::Step::kEnd) ended_ = true;
+        const bool next_is_its = after_is_sample && !hint.empty() && hint == key;
+        if (after_is_sample) pending_ = std::move(after);
+        if (next_is_its) {
+          attach_next_ = std::move(d);
+        } else if (!hint.empty() && hint == out.key) {
+          if (!out.damage) {
+            d.offset = out.offset;
+            out.damage = std::move(d);
+          }
+        } else {
+          pending_damage_ = std::move(d);
+        }
+        return true;
       }
     }
   }

@@ -82,6 +82,9 @@ struct TarDamage {
   std::uint64_t resume = 0;
   std::string detail;  // "stored checksum 4321, computed 4318"
   bool in_member = false;  // the stream ended inside the data of the member just returned
+  // The member name the damaged header still shows (when it is printable): which sample the
+  // damage most likely belongs to.
+  std::string name_hint;
 };
 
 class TarScanner {
@@ -118,6 +121,7 @@ class TarScanner {
   // A header block found by resync(), handed to the next call of next() as if read again.
   std::array<std::byte, kTarBlock> pushed_{};
   bool has_pushed_ = false;
+  std::string hint_;  // the name in the last damaged header, for TarDamage::name_hint
 };
 
 // One WebDataset sample: members sharing a key, or a damaged stretch (damage set).
@@ -138,9 +142,10 @@ struct TarSample {
   void clear() noexcept;
 };
 
-// Groups a scanner's members into samples. A damaged stretch is a bad record of its own,
-// unless the members after it continue the sample before it: then that sample is the bad
-// record. Unselected fields' bytes are skipped, never read.
+// Groups a scanner's members into samples. A damaged stretch makes the sample it belongs to a
+// bad record: the sample before it when the members after it continue that sample or its
+// header's name (name_hint) has that sample's key, the sample after it when the name has that
+// one's key; otherwise it is a bad record of its own. Unselected fields' bytes are skipped.
 class TarSampleReader {
  public:
   // `wants(field)`: whether to read that field's bytes; null: read none (indexing).
@@ -154,12 +159,15 @@ class TarSampleReader {
 
  private:
   void take_member(TarSample& out, bool read_bytes);  // adds *pending_ to out
+  // After damage `d`: the next step, with further damaged stretches merged into `d`.
+  TarScanner::Step after_damage(TarMember& member, TarDamage& d);
   TarScanner scanner_;
   WantsFn wants_;
   const void* context_;
   // Lookahead: a member whose header was read but which belongs to the next sample.
   std::optional<TarMember> pending_;
-  std::optional<TarDamage> pending_damage_;
+  std::optional<TarDamage> pending_damage_;  // a bad record of its own, returned next
+  std::optional<TarDamage> attach_next_;     // makes the sample starting at pending_ bad
   bool ended_ = false;
 };
 

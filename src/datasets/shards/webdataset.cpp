@@ -25,12 +25,12 @@ constexpr std::string_view kWho = "WebDatasetShards";
 std::string damage_message(const RecordRef& where, const TarDamage& d) {
   const std::string_view advice =
       d.problem == TarProblem::kTruncated
-          ? "the shard was cut short: copy or write it again"
+          ? "The shard was cut short: copy or write it again"
           : d.problem == TarProblem::kDuplicateField
-                ? "a sample's fields need distinct names: write the shard again"
-                : "the shard is damaged: write it again (stoker-shard, or tar)";
+                ? "A sample's fields need distinct names: write the shard again"
+                : "The shard is damaged: write it again (stoker-shard, or tar)";
   return fmt::format(
-      "{}: {} ({}); bytes {} to {} cannot be read as samples. {}, or skip bad records with "
+      "{}: {}: {}; bytes {} to {} cannot be read as samples. {}, or skip bad records with "
       "LoaderOptions::on_sample_error = OnSampleError::kSkip",
       where.describe(), tar_problem_name(d.problem), d.detail, d.offset, d.resume, advice);
 }
