@@ -2,16 +2,21 @@
 // features become a Sample's named tensors (int64_list -> int64 [n], float_list -> float32 [n],
 // bytes_list -> uint8 [len], decoded by name through ShardOptions::decoders). Map-style over an
 // index of record offsets built once in the main process (workers inherit it), or streaming
-// (stream()) for gzip/zlib files and pipes. Also: TFRecordError, what a damaged file raises.
+// (stream()) for gzip/zlib files and pipes. Also: TFRecordError, what a damaged file raises, and
+// TFRecordWriter, which writes such files.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "stoker/errors.hpp"
+#include "stoker/sample.hpp"
 #include "stoker/shards.hpp"
 
 namespace stoker {
@@ -58,6 +63,36 @@ class TFRecordDataset : public ShardedDataset {
   // the wrong length.
   static ShardedStream stream(std::vector<std::string> files, StreamOptions stream_options = {},
                               TFRecordOptions options = {});
+};
+
+// Writes a TFRecord file (plain, as TensorFlow's TFRecordWriter without compression). Main or
+// worker process; one thread.
+class TFRecordWriter {
+ public:
+  // Creates or truncates `path`. Throws stoker::Error naming it when it cannot be opened.
+  explicit TFRecordWriter(const std::string& path);
+  // Closes the file; an error there is not reported (call close()).
+  ~TFRecordWriter();
+  TFRecordWriter(const TFRecordWriter&) = delete;
+  TFRecordWriter& operator=(const TFRecordWriter&) = delete;
+
+  // One record of any bytes, framed with its length and both masked CRC32Cs. Throws
+  // stoker::Error naming the file when the write fails.
+  void write(std::span<const std::byte> record);
+  // One tf.train.Example of the sample's fields, each the feature of its name: integer and
+  // bool tensors become int64_list, float32 and float64 float_list (float64 rounded to float),
+  // uint8 tensors bytes_list with one value (their bytes); all values in row-major order.
+  // Throws std::invalid_argument for a field of another dtype (float16, bfloat16), and as
+  // write().
+  void write_example(const Sample& features);
+  // Flushes and closes. Throws stoker::Error naming the file when that fails.
+  void close();
+  std::size_t records() const noexcept { return records_; }
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  std::size_t records_ = 0;
 };
 
 }  // namespace stoker

@@ -371,3 +371,44 @@ TEST_CASE("A corrupt record header costs one record: the records after it are re
   CHECK(ds.get(10)["id"].item<std::int64_t>() == 10);
   CHECK(ds.get(19)["id"].item<std::int64_t>() == 19);
 }
+
+TEST_CASE("TFRecordWriter writes Examples that TFRecordDataset reads back", "[tfrecord]") {
+  TempDir dir;
+  const std::string path = dir.path + "/w.tfrecord";
+  TFRecordWriter writer(path);
+  for (std::int32_t k = 0; k < 5; ++k) {
+    Sample s;
+    s.set("grid", Tensor::from<std::int32_t>({k, -k, 2 * k, 3}, Shape{2, 2}));
+    s.set("flag", Tensor::scalar<bool>(k % 2 == 1));
+    s.set("mean", Tensor::scalar<double>(k + 0.25));
+    const std::uint8_t raw[] = {static_cast<std::uint8_t>(k), 0xff};
+    s.set("raw", Tensor::from(std::span<const std::uint8_t>(raw, 2)));
+    writer.write_example(s);
+  }
+  const std::string not_an_example = "\x0a\x7f";  // a field longer than the record
+  writer.write(std::span<const std::byte>(reinterpret_cast<const std::byte*>(not_an_example.data()),
+                                          not_an_example.size()));
+  Sample half;
+  half.set("h", Tensor::empty(DType::kFloat16, Shape{2}));
+  CHECK_THROWS_WITH(writer.write_example(half), Catch::Contains("field 'h' is float16"));
+  CHECK(writer.records() == 6);
+  writer.close();
+  TFRecordDataset ds({path});
+  REQUIRE(ds.size() == 6);
+  for (std::int64_t k = 0; k < 5; ++k) {
+    const Sample s = ds.get(static_cast<std::size_t>(k));
+    CHECK(s["grid"].dtype() == DType::kInt64);
+    CHECK(std::vector<std::int64_t>(s["grid"].data<std::int64_t>(),
+                                    s["grid"].data<std::int64_t>() + 4) ==
+          std::vector<std::int64_t>{k, -k, 2 * k, 3});
+    CHECK(s["flag"].data<std::int64_t>()[0] == k % 2);
+    CHECK(s["mean"].data<float>()[0] == static_cast<float>(k) + 0.25F);
+    CHECK(s["raw"].nbytes() == 2);
+    CHECK(s["raw"].data<std::uint8_t>()[0] == k);
+  }
+  // Bytes that are not an Example: a record error naming the file and record.
+  CHECK_THROWS_WITH(ds.get(5), Catch::Contains("TFRecordDataset: " + path + ": record 5 at byte") &&
+                                   Catch::Contains("not a valid tf.train.Example"));
+  CHECK_THROWS_WITH(TFRecordWriter(dir.path + "/no/such/dir.tfrecord"),
+                    Catch::Contains("TFRecordWriter: cannot create"));
+}

@@ -26,20 +26,6 @@ namespace {
 constexpr std::size_t kChunk = std::size_t{1} << 18;  // 256 KiB reads
 constexpr std::size_t kTFRecordSniffBytes = 12;       // a TFRecord header
 
-class MemorySource final : public StreamSource {
- public:
-  explicit MemorySource(std::span<const std::byte> data) : data_(data) {}
-  std::size_t read(std::span<std::byte> dst) override {
-    const std::size_t take = std::min(dst.size(), data_.size());
-    if (take > 0) std::memcpy(dst.data(), data_.data(), take);
-    data_ = data_.subspan(take);
-    return take;
-  }
-
- private:
-  std::span<const std::byte> data_;
-};
-
 // Bytes already read from `rest` (to sniff them), then the rest.
 class PrefixSource final : public StreamSource {
  public:
@@ -260,10 +246,6 @@ std::vector<std::byte> unbrotli(std::span<const std::byte> data, std::size_t exp
 #endif
 
 }  // namespace
-
-std::unique_ptr<StreamSource> memory_source(std::span<const std::byte> data) {
-  return std::make_unique<MemorySource>(data);
-}
 
 std::unique_ptr<StreamSource> inflate_source(std::unique_ptr<StreamSource> raw, std::string name) {
   return std::make_unique<InflateSource>(std::move(raw), std::move(name));

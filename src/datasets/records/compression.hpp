@@ -1,7 +1,7 @@
 // Decompression for the record readers: gzip or zlib inflated on the fly over any StreamSource
-// (TFRecord's GZIP and ZLIB files, which need not be named .gz), bytes in memory as a
-// StreamSource, and whole-buffer decompression of the codecs MDS shards use (zstd, gz, bz2,
-// br). Every error names the source and what to do.
+// (TFRecord's GZIP and ZLIB files, which need not be named .gz), and whole-buffer
+// decompression of the codecs MDS shards use (zstd, gz, bz2, br). Every error names the source
+// and what to do.
 #pragma once
 
 #include <cstddef>
@@ -16,8 +16,6 @@
 
 namespace stoker::detail {
 
-// The bytes of `data` (a mapping or buffer the caller keeps alive).
-std::unique_ptr<StreamSource> memory_source(std::span<const std::byte> data);
 // zlib's inflate over `raw`: gzip (also several concatenated members) or a zlib stream,
 // told apart by their headers. `name` is used in messages; read() throws stoker::Error naming
 // it for corrupt or truncated compressed data.

@@ -2,6 +2,7 @@
 #include "stoker/tfrecord_dataset.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -19,6 +20,7 @@
 #include "datasets/shards/shard_format.hpp"
 #include "log.hpp"
 #include "mapped_file.hpp"
+#include "posix.hpp"
 
 namespace stoker {
 namespace detail {
@@ -461,6 +463,116 @@ ShardedStream TFRecordDataset::stream(std::vector<std::string> files, StreamOpti
   }
   return ShardedStream(std::make_shared<const TFRecordFormat>(std::move(shards), options), options,
                        std::move(stream_options));
+}
+
+TFRecordWriter::TFRecordWriter(const std::string& path) : path_(path) {
+  file_ = std::fopen(path.c_str(), "wb");
+  if (file_ == nullptr) {
+    throw Error(
+        detail::posix::errno_message(fmt::format("TFRecordWriter: cannot create {}", path), errno) +
+        "; check that its directory exists and is writable");
+  }
+}
+
+TFRecordWriter::~TFRecordWriter() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+void TFRecordWriter::write(std::span<const std::byte> record) {
+  if (file_ == nullptr) throw Error(fmt::format("TFRecordWriter: {} is closed", path_));
+  std::vector<std::byte> framed;
+  framed.reserve(record.size() + detail::kTFRecordOverhead);
+  detail::append_tfrecord(framed, record);
+  if (std::fwrite(framed.data(), 1, framed.size(), file_) != framed.size()) {
+    throw Error(
+        detail::posix::errno_message(fmt::format("TFRecordWriter: writing {}", path_), errno) +
+        "; check the free space");
+  }
+  ++records_;
+}
+
+void TFRecordWriter::write_example(const Sample& features) {
+  using detail::ExampleValue;
+  using detail::FeatureKind;
+  std::vector<ExampleValue> values;
+  values.reserve(features.size());
+  for (const auto& [name, tensor] : features) {
+    ExampleValue v;
+    v.name = name;
+    const std::size_t n = tensor.numel();
+    const auto as = [&](auto tag) {
+      using T = decltype(tag);
+      std::vector<T> out(n);
+      if (n > 0) std::memcpy(out.data(), tensor.raw_data(), n * sizeof(T));
+      return out;
+    };
+    const auto ints = [&](auto tag) {
+      for (const auto x : as(tag)) v.ints.push_back(static_cast<std::int64_t>(x));
+    };
+    switch (tensor.dtype()) {
+      case DType::kUInt8:
+        v.kind = FeatureKind::kBytes;
+        v.bytes.emplace_back(reinterpret_cast<const char*>(tensor.raw_data()), tensor.nbytes());
+        break;
+      case DType::kInt8:
+        v.kind = FeatureKind::kInt64;
+        ints(std::int8_t{});
+        break;
+      case DType::kUInt16:
+        v.kind = FeatureKind::kInt64;
+        ints(std::uint16_t{});
+        break;
+      case DType::kInt16:
+        v.kind = FeatureKind::kInt64;
+        ints(std::int16_t{});
+        break;
+      case DType::kUInt32:
+        v.kind = FeatureKind::kInt64;
+        ints(std::uint32_t{});
+        break;
+      case DType::kInt32:
+        v.kind = FeatureKind::kInt64;
+        ints(std::int32_t{});
+        break;
+      case DType::kUInt64:
+        v.kind = FeatureKind::kInt64;
+        ints(std::uint64_t{});
+        break;
+      case DType::kInt64:
+        v.kind = FeatureKind::kInt64;
+        ints(std::int64_t{});
+        break;
+      case DType::kBool:
+        v.kind = FeatureKind::kInt64;
+        ints(std::uint8_t{});
+        break;
+      case DType::kFloat32:
+        v.kind = FeatureKind::kFloat;
+        v.floats = as(float{});
+        break;
+      case DType::kFloat64:
+        v.kind = FeatureKind::kFloat;
+        for (const double x : as(double{})) v.floats.push_back(static_cast<float>(x));
+        break;
+      default:
+        throw std::invalid_argument(fmt::format(
+            "TFRecordWriter::write_example: field '{}' is {}, which tf.train.Example cannot "
+            "hold (int64, float and bytes lists); convert it to float32",
+            name, dtype_name(tensor.dtype())));
+    }
+    values.push_back(std::move(v));
+  }
+  write(detail::serialize_example(values));
+}
+
+void TFRecordWriter::close() {
+  if (file_ == nullptr) return;
+  std::FILE* f = std::exchange(file_, nullptr);
+  if (std::fclose(f) != 0) {
+    throw Error(
+        detail::posix::errno_message(fmt::format("TFRecordWriter: closing {}", path_), errno) +
+        "; check the free space");
+  }
 }
 
 }  // namespace stoker
