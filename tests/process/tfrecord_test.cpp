@@ -412,3 +412,44 @@ TEST_CASE("TFRecordWriter writes Examples that TFRecordDataset reads back", "[tf
   CHECK_THROWS_WITH(TFRecordWriter(dir.path + "/no/such/dir.tfrecord"),
                     Catch::Contains("TFRecordWriter: cannot create"));
 }
+
+TEST_CASE("TFRecordDataset::stream gives 3 ranks the same number of batches from unequal files",
+          "[tfrecord]") {
+  TempDir dir;
+  const std::vector<std::string> files = {
+      write_tfrecord(dir.path + "/a.tfrecord", 0, 37),
+      write_tfrecord(dir.path + "/b.tfrecord.gz", 37, 5, "gzip"),
+      write_tfrecord(dir.path + "/c.tfrecord", 42, 19)};
+  for (const EqualBatches policy : {EqualBatches::kPad, EqualBatches::kDrop}) {
+    std::vector<std::size_t> batches;
+    std::vector<std::int64_t> ids;
+    for (std::size_t rank = 0; rank < 3; ++rank) {
+      StreamOptions so;
+      so.rank = rank;
+      so.world_size = 3;
+      so.seed = 1;
+      so.equal_batches = policy;
+      LoaderOptions opt;
+      opt.batch_size = 4;
+      opt.num_workers = 2;
+      DataLoader loader(TFRecordDataset::stream(files, so, id_and_label()), opt);
+      std::size_t n = 0;
+      for (const Batch& batch : loader) {
+        ++n;
+        for (std::size_t i = 0; i < batch.size(); ++i)
+          ids.push_back(batch["id"].data<std::int64_t>()[i]);
+      }
+      batches.push_back(n);
+    }
+    CHECK(batches[0] == batches[1]);
+    CHECK(batches[1] == batches[2]);
+    // 61 records over 6 streams: kPad reads 66 (5 twice), kDrop 60 (1 left out).
+    const std::vector<std::int64_t> distinct = [&] {
+      std::vector<std::int64_t> v = sorted(ids);
+      v.erase(std::unique(v.begin(), v.end()), v.end());
+      return v;
+    }();
+    CHECK(ids.size() == (policy == EqualBatches::kPad ? 66U : 60U));
+    CHECK(distinct.size() == (policy == EqualBatches::kPad ? 61U : 60U));
+  }
+}

@@ -82,7 +82,16 @@ std::string hash_mismatch(const MdsFileInfo& file, std::span<const std::byte> da
       kWho, path, pick->first, *digest, pick->second);
 }
 
-class MdsFormat;
+// Whether a FieldSpec::name ("a;b;c": alternatives) names `column`.
+bool names_column(std::string_view spec, std::string_view column) {
+  while (!spec.empty()) {
+    const std::size_t semi = spec.find(';');
+    if (spec.substr(0, semi) == column) return true;
+    if (semi == std::string_view::npos) break;
+    spec.remove_prefix(semi + 1);
+  }
+  return false;
+}
 
 // A shard read whole (decompressed when only its compressed file is there), then sample by
 // sample. A shard that fails its hash or its offsets makes each of its records an error.
@@ -174,10 +183,9 @@ struct DecodeScratch {
 
 class MdsFormat final : public ShardFormat {
  public:
-  MdsFormat(std::string directory, std::shared_ptr<const MdsIndex> index,
-            std::vector<MdsShard> shards, const MdsOptions& options, bool random_access)
+  MdsFormat(std::shared_ptr<const MdsIndex> index, std::vector<MdsShard> shards,
+            const MdsOptions& options, bool random_access)
       : mapped_(options.max_open_shards),
-        directory_(std::move(directory)),
         index_(std::move(index)),
         shards_(std::move(shards)),
         decoders_(options.decoders),
@@ -188,10 +196,10 @@ class MdsFormat final : public ShardFormat {
 
   std::string_view format_name() const noexcept override { return kWho; }
   std::size_t num_shards() const noexcept override { return shards_.size(); }
+  // The file read: the raw shard when it is there (always, map-style), else the compressed one.
   const std::string& shard_name(std::size_t shard) const override {
     const MdsShard& s = shards_[shard];
-    return s.raw_present || !random_access_ ? (s.raw_present ? s.raw_path : s.zip_path)
-                                            : s.raw_path;
+    return s.raw_present ? s.raw_path : s.zip_path;
   }
   std::uint64_t shard_records(std::size_t shard) const override {
     return index_->shards[shard].samples;
@@ -294,7 +302,7 @@ class MdsFormat final : public ShardFormat {
         // A decoder for the column's own name (or a FieldSpec's) wins; else the image entry.
         bool own = decoders_.find(column.name) != nullptr;
         for (const FieldSpec& spec : options.fields) {
-          own = own || (spec.decoder && spec.name.find(column.name) != std::string::npos);
+          own = own || (spec.decoder && names_column(spec.name, column.name));
         }
         const FieldDecoder* image = decoders_.find(kind == MdsKind::kJpeg ? "jpeg" : "png");
         s.actions[c] = own || image == nullptr ? Action::kBytes : Action::kImage;
@@ -304,7 +312,6 @@ class MdsFormat final : public ShardFormat {
   }
 
   MappedShards mapped_;  // this process's mappings of the raw shards (map-style reads)
-  std::string directory_;
   std::shared_ptr<const MdsIndex> index_;
   std::vector<MdsShard> shards_;
   FieldDecoders decoders_;
@@ -412,8 +419,7 @@ std::shared_ptr<const detail::ShardFormat> make_format(const std::string& direct
     for (std::size_t i = 0; i < shards.size(); ++i)
       check_raw_shard(index->shards[i], shards[i], options);
   }
-  return std::make_shared<const MdsFormat>(directory, std::move(index), std::move(shards), options,
-                                           map_style);
+  return std::make_shared<const MdsFormat>(std::move(index), std::move(shards), options, map_style);
 }
 
 }  // namespace

@@ -496,7 +496,9 @@ void TFRecordWriter::write_example(const Sample& features) {
   using detail::FeatureKind;
   std::vector<ExampleValue> values;
   values.reserve(features.size());
-  for (const auto& [name, tensor] : features) {
+  for (const Field& field : features) {
+    const std::string& name = field.first;  // not a structured binding: the lambdas capture it
+    const Tensor& tensor = field.second;
     ExampleValue v;
     v.name = name;
     const std::size_t n = tensor.numel();
