@@ -131,7 +131,7 @@ TEST_CASE("MdsDataset reads every column of a Python-written directory back exac
   for (std::size_t k = 0; k < ds.size(); ++k) check_sample(ds.get(k), static_cast<std::int64_t>(k));
   // The verified hash is cached beside each shard.
   struct stat st {};
-  CHECK(::stat((dir.path + "/shard.00000.mds.idx").c_str(), &st) == 0);
+  CHECK(::stat((dir.path + "/shard.00000.mds.stoker.idx").c_str(), &st) == 0);
   MdsDataset again(dir.path, id_and_label());
   const Sample s = again.get(44);
   CHECK(s.size() == 3);

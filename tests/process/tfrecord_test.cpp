@@ -128,7 +128,7 @@ TEST_CASE("TFRecordDataset reads Python-written records back exactly", "[tfrecor
   }
   // The index was cached beside each file; a second dataset reads it instead of scanning.
   struct stat st {};
-  CHECK(::stat((dir.path + "/a.tfrecord.idx").c_str(), &st) == 0);
+  CHECK(::stat((dir.path + "/a.tfrecord.stoker.idx").c_str(), &st) == 0);
   TFRecordDataset again(three_files(dir));
   CHECK(again.get(95)["id"].data<std::int64_t>()[0] == 95);
   // Selected fields, renamed, scalars.

@@ -387,7 +387,7 @@ void check_raw_shard(const MdsShardInfo& info, const MdsShard& s, const MdsOptio
   }
   if (pick == nullptr) return;
   const std::string verified = pick->first + ":" + pick->second;
-  const std::string idx = index_path(s.raw_path, options.index_dir);
+  const std::string idx = index_path(s.raw_path + ".stoker", options.index_dir);
   if (auto payload = load_index(idx, kVerifiedMagic, kVerifiedVersion, stat)) {
     if (std::string_view(reinterpret_cast<const char*>(payload->data()), payload->size()) ==
         verified) {

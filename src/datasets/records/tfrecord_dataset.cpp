@@ -32,6 +32,12 @@ constexpr std::uint32_t kIndexVersion = 1;
 constexpr std::uint8_t kOffsets = 0;  // payload kinds: a plain file's offsets, or a count
 constexpr std::uint8_t kCount = 1;
 
+// "<file>.stoker.idx": DALI's tfrecord2idx output is often named "<file>.idx", and must not be
+// overwritten by ours.
+std::string cache_path(const std::string& name, const TFRecordOptions& options) {
+  return index_path(name + ".stoker", options.index_dir);
+}
+
 struct TfShard {
   std::string name;
   bool seekable = false;                       // a plain file with its index of offsets
@@ -332,7 +338,7 @@ StreamCodec file_codec(const std::string& name) {
 
 TfShard plain_shard(const std::string& name, const TFRecordOptions& options) {
   const ShardStat stat = stat_shard(name, kWho);
-  const std::string idx = index_path(name, options.index_dir);
+  const std::string idx = cache_path(name, options);
   TfShard s;
   s.name = name;
   s.seekable = true;
@@ -380,7 +386,7 @@ std::uint64_t count_records(const std::string& name, bool verify) {
 
 std::uint64_t cached_count(const std::string& name, const TFRecordOptions& options) {
   const ShardStat stat = stat_shard(name, kWho);
-  const std::string idx = index_path(name, options.index_dir);
+  const std::string idx = cache_path(name, options);
   if (auto payload = load_index(idx, kIndexMagic, kIndexVersion, stat)) {
     IndexReader r(*payload);
     std::uint8_t kind = 0;
