@@ -310,3 +310,24 @@ TEST_CASE("A corrupt MDS sample under kSkip is skipped and counted, the rest rea
     CHECK(loader.stats().skipped_samples == 1);
   }
 }
+
+TEST_CASE("MdsDataset decodes jpeg and png columns through the decoders' image entries", "[mds]") {
+  TempDir dir;
+  write_mds(dir.path, 10, 10);
+  // The bytes stay the blob's; the encoding says png, so the "png" decoder gets them.
+  replace_in_file(dir.path + "/index.json", "\"bytes\"", "\"png\"");
+  MdsOptions options;
+  options.decoders.set("png", [](std::span<const std::uint8_t> bytes, std::string_view source) {
+    if (source.find("column 'blob'") == std::string_view::npos) throw Error("no source");
+    return Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(bytes.size()) + 1000);
+  });
+  MdsDataset ds(dir.path, options);
+  for (std::size_t k = 0; k < 10; ++k) {
+    CHECK(ds.get(k)["blob"].item<std::int64_t>() == static_cast<std::int64_t>(k % 5) + 1000);
+  }
+  // A decoder for the column's own name wins over the image entry.
+  options.decoders.set("blob", [](std::span<const std::uint8_t>, std::string_view) {
+    return Tensor::scalar<std::int64_t>(-1);
+  });
+  CHECK(MdsDataset(dir.path, options).get(3)["blob"].item<std::int64_t>() == -1);
+}

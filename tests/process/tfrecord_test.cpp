@@ -453,3 +453,20 @@ TEST_CASE("TFRecordDataset::stream gives 3 ranks the same number of batches from
     CHECK(distinct.size() == (policy == EqualBatches::kPad ? 61U : 60U));
   }
 }
+
+TEST_CASE("TFRecordDataset decodes a bytes feature through the decoder of its name", "[tfrecord]") {
+  TempDir dir;
+  const std::string path = write_tfrecord(dir.path + "/a.tfrecord", 0, 12);
+  TFRecordOptions options;
+  // As an image pipeline would be set for "image/encoded": here the decoder returns the length.
+  options.decoders.set("text", [](std::span<const std::uint8_t> bytes, std::string_view source) {
+    if (source.find("record") == std::string_view::npos) throw Error("no source");
+    return Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(bytes.size()));
+  });
+  TFRecordDataset ds({path}, options);
+  for (std::size_t k = 0; k < 12; ++k) {
+    CHECK(ds.get(k)["text"].item<std::int64_t>() ==
+          static_cast<std::int64_t>(std::string("sample-").size() + std::to_string(k).size() +
+                                    k % 7));
+  }
+}
