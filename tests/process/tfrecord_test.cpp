@@ -277,7 +277,7 @@ TEST_CASE("TFRecordDataset::stream resume delivers exactly the rest of the epoch
   CHECK(seen == all);
 }
 
-TEST_CASE("A bad CRC names the file and byte offset; with verify_crc off it is not checked",
+TEST_CASE("A bad CRC names the file and byte offset, and with verify_crc off it is not checked",
           "[tfrecord]") {
   TempDir dir;
   const std::string path = write_tfrecord(dir.path + "/a.tfrecord", 0, 10);
