@@ -313,7 +313,8 @@ TEST_CASE("A bad CRC names the file and byte offset, and with verify_crc off it 
   TFRecordOptions unchecked;
   unchecked.verify_crc = false;
   TFRecordDataset loose({path}, unchecked);
-  const Tensor& text = loose.get(4)["text"];
+  const Sample sample = loose.get(4);
+  const Tensor& text = sample["text"];
   CHECK(std::string(reinterpret_cast<const char*>(text.raw_data()), text.nbytes()) ==
         "sample-4xxxy");
 }
