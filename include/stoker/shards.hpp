@@ -52,10 +52,9 @@ Tensor decode_npy_field(std::span<const std::uint8_t> bytes, std::string_view so
 // std::string_view)`, such as a stoker::vision::Pipeline (copied into the decoder).
 template <class ImagePipeline>
 FieldDecoder image_field(ImagePipeline pipeline) {
-  return [pipeline = std::move(pipeline)](std::span<const std::uint8_t> bytes,
-                                          std::string_view source) {
-    return pipeline(bytes, source);
-  };
+  return
+      [pipeline = std::move(pipeline)](std::span<const std::uint8_t> bytes,
+                                       std::string_view source) { return pipeline(bytes, source); };
 }
 
 // The decoder of each field name. A record's field "seg.png" is looked up as "seg.png", then by
@@ -130,18 +129,19 @@ struct StreamOptions {
   std::size_t rank = 0;
   std::size_t world_size = 1;
   EqualBatches equal_batches = EqualBatches::kPad;
-  // Records per shard, for shards without an index (pipes); empty: counted by one pass over
-  // each such shard in the main process when the stream is made.
+  // Records per shard (one entry per shard), used for the shards that have no index: pipes,
+  // and compressed shards without a valid cached index. Empty: each such shard is counted by
+  // one pass in the main process when the stream is made (compressed ones then cache it).
   std::vector<std::uint64_t> sample_counts;
 };
 
 // The split of one epoch (pure arithmetic; see EqualBatches).
 struct StreamSplit {
-  std::uint64_t total = 0;        // T: records in the epoch
-  std::size_t streams = 1;        // S: world_size x max(num_workers, 1)
-  std::uint64_t per_stream = 0;   // N: records each stream delivers
-  std::uint64_t repeated = 0;     // kPad: S N - T records seen twice
-  std::uint64_t dropped = 0;      // kDrop: T - S N records not seen
+  std::uint64_t total = 0;       // T: records in the epoch
+  std::size_t streams = 1;       // S: world_size x max(num_workers, 1)
+  std::uint64_t per_stream = 0;  // N: records each stream delivers
+  std::uint64_t repeated = 0;    // kPad: S N - T records seen twice
+  std::uint64_t dropped = 0;     // kDrop: T - S N records not seen
   // The first record (in the epoch's concatenated order) of stream s: s x per_stream, modulo T.
   std::uint64_t first(std::size_t stream) const noexcept;
   // Batches each stream delivers, and so each rank (x num_workers), for a loader's batch_size

@@ -85,8 +85,9 @@ class ShardWriter {
 
 namespace detail {
 // write_webdataset's loop: get(i) for i in [0, n), with sample_rng() seeded for each i.
-std::vector<std::string> write_webdataset_samples(
-    std::size_t n, const std::function<Sample(std::size_t)>& get, ShardWriterOptions options);
+std::vector<std::string> write_webdataset_samples(std::size_t n,
+                                                  const std::function<Sample(std::size_t)>& get,
+                                                  ShardWriterOptions options);
 }  // namespace detail
 
 // Every sample of a map-style dataset, in index order, keyed by its index ("000000017"),

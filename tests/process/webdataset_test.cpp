@@ -4,6 +4,7 @@
 // batches on every rank from shards of unequal sizes; compressed shards and pipes; damaged and
 // truncated shards.
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,9 +18,9 @@
 
 #include <catch2/catch.hpp>
 
+#include "stoker/webdataset.hpp"
 #include "support/clean_state.hpp"
 #include "support/datasets.hpp"
-#include "stoker/webdataset.hpp"
 
 using namespace stoker;
 namespace fs = std::filesystem;
@@ -46,11 +47,14 @@ std::string bin_of(std::size_t i) {
   for (std::size_t k = 0; k < 8; ++k) b[k] = static_cast<char>((i * 7 + k * 31) % 256);
   return b;
 }
-std::string txt_of(std::size_t i) { return "sample " + std::string(i % 5 + 1, 'x') + std::to_string(i); }
+std::string txt_of(std::size_t i) {
+  return "sample " + std::string(i % 5 + 1, 'x') + std::to_string(i);
+}
 
 // Shards of the given sizes; sample i (counted across shards) has fields "index" (i as text),
 // "bin" (8 bytes from i) and "txt" (a string whose length varies).
-std::vector<std::string> write_shards(const std::string& dir, const std::vector<std::size_t>& sizes) {
+std::vector<std::string> write_shards(const std::string& dir,
+                                      const std::vector<std::size_t>& sizes) {
   std::vector<std::string> paths;
   std::size_t next = 0;
   for (std::size_t j = 0; j < sizes.size(); ++j) {
@@ -78,16 +82,15 @@ ShardOptions test_fields() {
   ShardOptions o;
   o.fields.push_back(FieldSpec{"index", "", {}});
   o.fields.push_back(FieldSpec{"bin", "", {}});
-  o.fields.push_back(FieldSpec{"index", "noise", [](std::span<const std::uint8_t>,
-                                                    std::string_view) {
-                                 return Tensor::scalar<std::uint64_t>(sample_rng().next());
-                               }});
-  o.fields.push_back(FieldSpec{"index", "worker", [](std::span<const std::uint8_t>,
-                                                     std::string_view) {
-                                 const WorkerInfo* w = worker_info();
-                                 return Tensor::scalar<std::int64_t>(
-                                     w == nullptr ? -1 : static_cast<std::int64_t>(w->id));
-                               }});
+  o.fields.push_back(
+      FieldSpec{"index", "noise", [](std::span<const std::uint8_t>, std::string_view) {
+                  return Tensor::scalar<std::uint64_t>(sample_rng().next());
+                }});
+  o.fields.push_back(FieldSpec{
+      "index", "worker", [](std::span<const std::uint8_t>, std::string_view) {
+        const WorkerInfo* w = worker_info();
+        return Tensor::scalar<std::int64_t>(w == nullptr ? -1 : static_cast<std::int64_t>(w->id));
+      }});
   return o;
 }
 
@@ -132,6 +135,11 @@ void write_text(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
 }
 
+[[maybe_unused]] std::string read_file(const std::string& path) {  // the stoker-shard test
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 std::string field_string(const Sample& s, std::string_view name) {
   const Tensor& t = s[name];
   return std::string(reinterpret_cast<const char*>(t.raw_data()), t.nbytes());
@@ -148,11 +156,12 @@ TEST_CASE("shards written by GNU tar (ustar, pax, gnu, long names) read back exa
   for (int i = 0; i < 12; ++i) {
     const std::string dir = i % 3 == 0 ? long_dir : "samples/short";
     // Names past 100 bytes need pax or GNU long names; ustar fits them in prefix + name.
-    const std::string stem = i % 4 == 1 ? "img" + std::string(90, 'n') + std::to_string(i)
-                                        : "img" + std::to_string(i);
+    const std::string stem =
+        i % 4 == 1 ? "img" + std::string(90, 'n') + std::to_string(i) : "img" + std::to_string(i);
     const std::string key = dir + "/" + stem;
     expected[key]["cls"] = std::to_string(i % 10);
-    expected[key]["txt"] = "caption " + std::to_string(i) + std::string(static_cast<std::size_t>(i * 100), '!');
+    expected[key]["txt"] =
+        "caption " + std::to_string(i) + std::string(static_cast<std::size_t>(i * 100), '!');
     expected[key]["seg.png"] = std::string(static_cast<std::size_t>(i), '\x89');
     for (const auto& [field, bytes] : expected[key]) {
       write_text(tmp.path + "/src/" + key + "." + field, bytes);
@@ -164,12 +173,15 @@ TEST_CASE("shards written by GNU tar (ustar, pax, gnu, long names) read back exa
     const std::string shard = tmp.path + "/" + format + ".tar";
     if (std::string(format) == "ustar") {
       // ustar's name + prefix cannot hold the 90-byte file names: only the short ones.
-      REQUIRE(std::system(("cd " + tmp.path + "/src && find samples -name 'img?.*' -o -name "
-                           "'img1?.*' | sort | tar --format=ustar -cf " + shard +
-                           " --no-recursion -T -").c_str()) == 0);
+      REQUIRE(std::system(("cd " + tmp.path +
+                           "/src && find samples -name 'img?.*' -o -name "
+                           "'img1?.*' | sort | tar --format=ustar -cf " +
+                           shard + " --no-recursion -T -")
+                              .c_str()) == 0);
     } else {
       REQUIRE(std::system(("cd " + tmp.path + "/src && tar --format=" + std::string(format) +
-                           " --sort=name -cf " + shard + " samples").c_str()) == 0);
+                           " --sort=name -cf " + shard + " samples")
+                              .c_str()) == 0);
     }
     ShardOptions options;
     options.decoders = FieldDecoders();  // raw bytes, to compare
@@ -214,7 +226,8 @@ TEST_CASE("ShardWriter shards round-trip every field, and their index is the rea
   ShardWriter writer(wo);
   for (int i = 0; i < 40; ++i) {
     Sample s;
-    s.set("jpg", Tensor::from(std::vector<std::uint8_t>(static_cast<std::size_t>(100 + i), static_cast<std::uint8_t>(i))));
+    s.set("jpg", Tensor::from(std::vector<std::uint8_t>(static_cast<std::size_t>(100 + i),
+                                                        static_cast<std::uint8_t>(i))));
     s.set("cls", Tensor::scalar<std::int32_t>(i % 7));
     s.set("emb", Tensor::from<float>({static_cast<float>(i), 0.5f, -1.0f}, Shape{3, 1}));
     s.set(std::string(120, 'n'), Tensor::from<std::uint8_t>({1, 2}));  // needs a pax path
@@ -362,7 +375,8 @@ TEST_CASE("streamed shards: each rank's batches, ordered by worker, deterministi
                                  static_cast<std::size_t>(std::max(workers, 1)));
         if (workers >= 2) {  // batch k from worker k mod W
           for (std::size_t k = 0; k < e.worker.size(); ++k) {
-            REQUIRE(e.worker[k] == static_cast<std::int64_t>(k % static_cast<std::size_t>(workers)));
+            REQUIRE(e.worker[k] ==
+                    static_cast<std::int64_t>(k % static_cast<std::size_t>(workers)));
           }
         }
         for (const std::int64_t i : e.index) ++count[i];
@@ -454,7 +468,8 @@ TEST_CASE("a streamed epoch resumes with exactly the remaining samples", "[webda
   LoaderOptions opt;
   opt.num_workers = kAuto;
   REQUIRE_THROWS_WITH(s.state(0, 1, opt), Catch::Contains("kAuto"));
-  REQUIRE_THROWS_WITH(s.load_state("stoker-stream 1 epoch=x"), Catch::Contains("not a stream state"));
+  REQUIRE_THROWS_WITH(s.load_state("stoker-stream 1 epoch=x"),
+                      Catch::Contains("not a stream state"));
   opt.num_workers = 2;
   const std::string two = s.state(0, 3, opt);
   REQUIRE(two.find("delivered=2,1") != std::string::npos);  // batch_size 1: 2 and 1 records
@@ -531,9 +546,10 @@ TEST_CASE("bad shards: errors name the shard and offset, kSkip skips and counts"
   ShardOptions options = test_fields();
   WebDatasetShards ds(paths, options);
   REQUIRE(ds.bad_records() == 2);
-  REQUIRE(ds.size() == 40);  // each shard: 19 good records and a bad one
+  REQUIRE(ds.size() == 40);        // each shard: 19 good records and a bad one
   WebDatasetShards direct(paths);  // default fields: no sample_rng() outside a loader
-  REQUIRE_THROWS_WITH(direct.get(5), Catch::Contains(paths[0] + ": record 5 at byte 15360: a member "
+  REQUIRE_THROWS_WITH(direct.get(5),
+                      Catch::Contains(paths[0] + ": record 5 at byte 15360: a member "
                                                  "header with a wrong checksum"));
   REQUIRE_THROWS_WITH(direct.get(5), Catch::Contains("OnSampleError::kSkip"));
   REQUIRE_THROWS_WITH(direct.get(39), Catch::Contains("truncated"));
@@ -604,3 +620,63 @@ TEST_CASE("ragged text fields collate with collate_ragged", "[webdataset]") {
   }
   REQUIRE(n == 12);
 }
+
+#ifdef STOKER_SHARD_TOOL
+TEST_CASE("stoker-shard packs an image folder into shards that read back exactly",
+          "[webdataset][tools]") {
+  TempDir tmp("tool");
+  std::map<std::string, std::string> files;  // relative path -> bytes
+  for (int c = 0; c < 3; ++c) {
+    for (int i = 0; i < 9; ++i) {
+      const std::string ext = i % 3 == 0 ? "png" : i % 3 == 1 ? "jpg" : "JPEG";
+      const std::string rel = "class" + std::to_string(c) + "/im." + std::to_string(i) + "." + ext;
+      files[rel] =
+          std::string(static_cast<std::size_t>(300 + 97 * i + c), static_cast<char>(c * 16 + i));
+      write_text(tmp.path + "/images/" + rel, files[rel]);
+    }
+  }
+  write_text(tmp.path + "/images/class1/notes.txt", "not an image");
+  fs::create_directories(tmp.path + "/out");
+  const std::string tool = STOKER_SHARD_TOOL;
+  const std::string command = tool + " --images " + tmp.path + "/images --output " + tmp.path +
+                              "/out/train-%04d.tar --shard-size 4K --shuffle --seed 3 --quiet";
+  REQUIRE(std::system(command.c_str()) == 0);
+  REQUIRE(read_file(tmp.path + "/out/classes.txt") == "class0\nclass1\nclass2\n");
+  std::vector<std::string> shards;
+  for (int n = 0; fs::exists(fmt::format("{}/out/train-{:04}.tar", tmp.path, n)); ++n) {
+    shards.push_back(fmt::format("{}/out/train-{:04}.tar", tmp.path, n));
+    REQUIRE(fs::exists(shards.back() + ".idx"));
+  }
+  REQUIRE(shards.size() > 3);
+  ShardOptions raw;
+  raw.decoders = FieldDecoders();
+  raw.decoders.set("cls", &decode_int_field);
+  WebDatasetShards ds(shards, raw);
+  REQUIRE(ds.size() == 27);
+  std::multiset<std::string> seen;
+  for (std::size_t i = 0; i < ds.size(); ++i) {
+    const Sample s = ds.get(i);
+    REQUIRE(s.size() == 2);
+    const std::string ext = s.fields()[0].first;
+    const std::string bytes = field_string(s, ext);
+    const std::int64_t label = s["cls"].item<std::int64_t>();
+    bool found = false;
+    for (const auto& [rel, content] : files) {
+      if (content == bytes && rel.rfind("class" + std::to_string(label) + "/", 0) == 0) {
+        REQUIRE(rel.substr(rel.rfind('.') + 1) == (ext == "jpeg" ? "JPEG" : ext));
+        found = true;
+      }
+    }
+    REQUIRE(found);
+    seen.insert(bytes);
+  }
+  REQUIRE(seen.size() == 27);
+  // --help prints the usage; an unknown flag is refused with it.
+  REQUIRE(std::system((tool + " --help > " + tmp.path + "/help.txt").c_str()) == 0);
+  REQUIRE_THAT(read_file(tmp.path + "/help.txt"), Catch::StartsWith("usage: stoker-shard"));
+  const int rc =
+      std::system((tool + " --images x --output y --bogus 2> " + tmp.path + "/err.txt").c_str());
+  REQUIRE(WEXITSTATUS(rc) == 2);
+  REQUIRE_THAT(read_file(tmp.path + "/err.txt"), Catch::Contains("unknown option '--bogus'"));
+}
+#endif

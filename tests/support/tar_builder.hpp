@@ -80,8 +80,7 @@ class TarBuilder {
   std::vector<std::byte> bytes;
 
  private:
-  static void octal(std::vector<std::byte>& b, std::size_t at, std::size_t len,
-                    std::uint64_t v) {
+  static void octal(std::vector<std::byte>& b, std::size_t at, std::size_t len, std::uint64_t v) {
     for (std::size_t i = len - 1; i-- > 0;) {
       b[at + i] = static_cast<std::byte>('0' + (v & 7));
       v >>= 3;

@@ -42,8 +42,7 @@ TEST_CASE("decode_int_field reads ASCII integers and names the record otherwise"
           "[shards][fields]") {
   REQUIRE(decode_int_field(text("7"), "s").item<std::int64_t>() == 7);
   REQUIRE(decode_int_field(text(" -42\n"), "s").item<std::int64_t>() == -42);
-  REQUIRE(decode_int_field(text("+9223372036854775807"), "s").item<std::int64_t>() ==
-          INT64_MAX);
+  REQUIRE(decode_int_field(text("+9223372036854775807"), "s").item<std::int64_t>() == INT64_MAX);
   REQUIRE(decode_int_field(text("-9223372036854775808"), "s").item<std::int64_t>() == INT64_MIN);
   REQUIRE_THROWS_WITH(decode_int_field(text("9223372036854775808"), "a.tar: record 3"),
                       Catch::Contains("a.tar: record 3: '9223372036854775808' is not an integer"));
@@ -105,12 +104,11 @@ TEST_CASE("FieldPlan: every field by default, in record order", "[shards][fields
 
 TEST_CASE("FieldPlan: chosen fields, alternatives, renaming, own decoders", "[shards][fields]") {
   ShardOptions options;
-  options.fields = {FieldSpec{"png;jpg", "image", {}}, FieldSpec{"cls", "", {}},
-                    FieldSpec{"txt", "length", [](std::span<const std::uint8_t> b,
-                                                  std::string_view) {
-                                return Tensor::scalar<std::int64_t>(
-                                    static_cast<std::int64_t>(b.size()));
-                              }}};
+  options.fields = {
+      FieldSpec{"png;jpg", "image", {}}, FieldSpec{"cls", "", {}},
+      FieldSpec{"txt", "length", [](std::span<const std::uint8_t> b, std::string_view) {
+                  return Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(b.size()));
+                }}};
   const FieldPlan plan(options);
   REQUIRE(plan.wants("jpg"));
   REQUIRE(plan.wants("png"));

@@ -29,7 +29,8 @@ TEST_CASE("plan_stream_split: kPad repeats the epoch's first records, kDrop cuts
 
 TEST_CASE("the streams' ranges cover the epoch: each record once, or the padding twice",
           "[shards][split]") {
-  const std::uint64_t total = GENERATE(std::uint64_t{1}, std::uint64_t{7}, std::uint64_t{100}, std::uint64_t{101}, std::uint64_t{1000});
+  const std::uint64_t total = GENERATE(std::uint64_t{1}, std::uint64_t{7}, std::uint64_t{100},
+                                       std::uint64_t{101}, std::uint64_t{1000});
   const std::size_t world = GENERATE(std::size_t{1}, std::size_t{3});
   const int workers = GENERATE(0, 1, 4);
   for (const EqualBatches policy : {EqualBatches::kPad, EqualBatches::kDrop}) {
@@ -74,8 +75,7 @@ TEST_CASE("batches per stream and per rank do not depend on the rank", "[shards]
   REQUIRE(huge.first(3) < huge.total);
 }
 
-TEST_CASE("expand_shards: ranges keep their width, lists, and several groups",
-          "[shards][split]") {
+TEST_CASE("expand_shards: ranges keep their width, lists, and several groups", "[shards][split]") {
   REQUIRE(expand_shards("a.tar") == std::vector<std::string>{"a.tar"});
   REQUIRE(expand_shards("d/s-{008..011}.tar") ==
           std::vector<std::string>{"d/s-008.tar", "d/s-009.tar", "d/s-010.tar", "d/s-011.tar"});

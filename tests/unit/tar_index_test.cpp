@@ -41,13 +41,13 @@ std::string temp_dir(const std::string& name) {
 
 void write_file(const std::string& path, const std::vector<std::byte>& bytes) {
   std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
 }
 
 }  // namespace
 
-TEST_CASE("build_tar_index: records, members and their offsets, field names once",
-          "[tar][index]") {
+TEST_CASE("build_tar_index: records, members and their offsets, field names once", "[tar][index]") {
   const TarBuilder t = three_samples();
   const TarIndex ix = index_of(t.bytes);
   REQUIRE(ix.records.size() == 3);
@@ -119,10 +119,10 @@ TEST_CASE("the index cache file: valid, stale after a change, memory when read-o
   framed.back() ^= std::byte{1};
   REQUIRE_FALSE(unframe_index(framed, kTarIndexMagic, kTarIndexVersion, stat));
   // A directory that cannot be written: save says so (the caller keeps the index in memory).
-  REQUIRE_FALSE(save_index("/proc/stoker-cannot-write/a.tar.idx", kTarIndexMagic,
-                           kTarIndexVersion, stat, payload));
-  REQUIRE_THROWS_WITH(stat_shard(dir + "/missing.tar", "WebDatasetShards"),
-                      Catch::Contains("WebDatasetShards: cannot open shard " + dir +
-                                      "/missing.tar"));
+  REQUIRE_FALSE(save_index("/proc/stoker-cannot-write/a.tar.idx", kTarIndexMagic, kTarIndexVersion,
+                           stat, payload));
+  REQUIRE_THROWS_WITH(
+      stat_shard(dir + "/missing.tar", "WebDatasetShards"),
+      Catch::Contains("WebDatasetShards: cannot open shard " + dir + "/missing.tar"));
   (void)std::system(("rm -rf " + dir).c_str());
 }

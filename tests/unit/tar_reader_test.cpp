@@ -6,11 +6,12 @@
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include "datasets/shards/byte_source.hpp"
 #include "datasets/shards/tar_reader.hpp"
+#include "stoker/random.hpp"
 #include "support/tar_builder.hpp"
 
 using namespace stoker;
@@ -148,11 +149,11 @@ TEST_CASE("parse_pax_records takes path and size and refuses malformed records",
   REQUIRE(parse_pax_records(bytes(std::string("12 path=x.y\n\0\0\0", 15)), padded));
   REQUIRE(padded.path == std::optional<std::string>("x.y"));
   PaxOverrides bad;
-  REQUIRE_FALSE(parse_pax_records(bytes("13 path=x.y\n"), bad));   // length one too many
-  REQUIRE_FALSE(parse_pax_records(bytes("11 pathx.y\n"), bad));    // no '='
-  REQUIRE_FALSE(parse_pax_records(bytes("12 size=1x\n"), bad));    // not a number
-  REQUIRE_FALSE(parse_pax_records(bytes("999 path=x\n"), bad));    // runs past the payload
-  REQUIRE_FALSE(parse_pax_records(bytes("path=x\n"), bad));        // no length
+  REQUIRE_FALSE(parse_pax_records(bytes("13 path=x.y\n"), bad));  // length one too many
+  REQUIRE_FALSE(parse_pax_records(bytes("11 pathx.y\n"), bad));   // no '='
+  REQUIRE_FALSE(parse_pax_records(bytes("12 size=1x\n"), bad));   // not a number
+  REQUIRE_FALSE(parse_pax_records(bytes("999 path=x\n"), bad));   // runs past the payload
+  REQUIRE_FALSE(parse_pax_records(bytes("path=x\n"), bad));       // no length
 }
 
 TEST_CASE("split_member_name: key up to the first '.' after the last '/'", "[tar]") {
@@ -190,7 +191,7 @@ TEST_CASE("TarScanner: members, pax paths and sizes, GNU long names, directories
   REQUIRE(s.members[0].data_offset == 1024);
   REQUIRE(s.members[1].size == 8);
   REQUIRE(s.members[1].header_offset == 1536);  // the pax header belongs to its member
-  REQUIRE(s.members[3].size == 3);               // the pax size wins over the header's 0
+  REQUIRE(s.members[3].size == 3);              // the pax size wins over the header's 0
 }
 
 TEST_CASE("TarScanner: the end without zero blocks, with one, and a lone zero block", "[tar]") {
@@ -214,8 +215,8 @@ TEST_CASE("TarScanner: a damaged header is passed over to the next good one", "[
   t.file("c.txt", "third").end();
   t.corrupt(bad_at);
   const Scanned s = scan(t.bytes);
-  REQUIRE(s.order == std::vector<std::string>{
-                         "m:a.txt", "d:a member header with a wrong checksum", "m:c.txt"});
+  REQUIRE(s.order == std::vector<std::string>{"m:a.txt", "d:a member header with a wrong checksum",
+                                              "m:c.txt"});
   REQUIRE(s.damages[0].offset == bad_at);
   REQUIRE(s.damages[0].resume == next_at);
   REQUIRE_THAT(s.damages[0].detail, Catch::StartsWith("stored checksum "));
@@ -340,5 +341,45 @@ TEST_CASE("TarSampleReader: whose is a damaged stretch", "[tar]") {
     REQUIRE(s.size() == 2);
     REQUIRE(s[1].damage->problem == TarProblem::kTruncated);
     REQUIRE(s[1].key == "b");
+  }
+}
+
+TEST_CASE("mutated archives are parsed or reported, never read outside their bytes",
+          "[tar][fuzz]") {
+  TarBuilder t;
+  t.file("a/0.jpg", std::string(700, 'j')).file("a/0.cls", "3");
+  t.pax("a/" + std::string(130, 'l') + ".txt").file("x", "pax");
+  t.long_name("b/" + std::string(120, 'g') + ".bin").file("y", "gnu");
+  t.file("a/1.jpg", "J").end();
+  stoker::Generator rng(1234);
+  for (int round = 0; round < 3000; ++round) {
+    std::vector<std::byte> bytes = t.bytes;
+    const int edits = 1 + static_cast<int>(rng.below(8));
+    for (int e = 0; e < edits; ++e) {
+      const std::size_t at = static_cast<std::size_t>(rng.below(bytes.size()));
+      switch (rng.below(3)) {
+        case 0:
+          bytes[at] = static_cast<std::byte>(rng.below(256));
+          break;
+        case 1:  // an octal digit in a header's size field
+          bytes[at / 512 * 512 + 124 + rng.below(11)] = static_cast<std::byte>('0' + rng.below(8));
+          break;
+        default:
+          bytes.resize(at);
+          break;
+      }
+      if (bytes.empty()) break;
+    }
+    const std::vector<TarSample> got = samples(bytes);
+    for (const TarSample& s : got) {
+      REQUIRE(s.offset <= bytes.size());
+      if (s.damage) continue;  // a bad record: its members are not used
+      for (const TarSample::Member& m : s.members) {
+        REQUIRE(m.data_offset <= bytes.size());
+        REQUIRE(m.size <= bytes.size() - m.data_offset);
+        if (m.stored) REQUIRE(m.stored_at + m.size <= s.storage.size());
+      }
+    }
+    REQUIRE(samples(bytes, false).size() == got.size());  // numbered alike, read or not
   }
 }

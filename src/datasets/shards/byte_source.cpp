@@ -26,12 +26,12 @@
 namespace stoker::detail {
 namespace {
 
-constexpr std::size_t kBufferBytes = 256 * 1024;
+constexpr std::size_t kBufferBytes = 1024 * 1024;  // as dd bs=1M reads
 
 [[noreturn]] void throw_errno(std::string_view who, std::string_view what, const std::string& name,
                               int err) {
-  throw Error(fmt::format("{}: {} {}: {}", who, what, name,
-                          posix::errno_message("the system said", err)));
+  throw Error(
+      fmt::format("{}: {} {}: {}", who, what, name, posix::errno_message("the system said", err)));
 }
 
 // A file (or FIFO) read front to back. Regular files are read with pread() from a tracked
@@ -80,9 +80,9 @@ class FileSource final : public StreamSource {
  private:
   std::size_t raw_read(std::span<std::byte> dst) {
     for (;;) {
-      const ssize_t n = regular_ ? ::pread(fd_.get(), dst.data(), dst.size(),
-                                           static_cast<off_t>(pos_))
-                                 : ::read(fd_.get(), dst.data(), dst.size());
+      const ssize_t n = regular_
+                            ? ::pread(fd_.get(), dst.data(), dst.size(), static_cast<off_t>(pos_))
+                            : ::read(fd_.get(), dst.data(), dst.size());
       if (n >= 0) {
         pos_ += static_cast<std::uint64_t>(n);
         return static_cast<std::size_t>(n);
@@ -182,8 +182,8 @@ class ArchiveSource final : public StreamSource {
     archive_read_support_filter_all(archive_);
     archive_read_support_format_raw(archive_);
     buffer_.resize(kBufferBytes);
-    const int rc = archive_read_open(archive_, this, nullptr, &ArchiveSource::read_callback,
-                                     nullptr);
+    const int rc =
+        archive_read_open(archive_, this, nullptr, &ArchiveSource::read_callback, nullptr);
     check(rc, "cannot start reading");
     archive_entry* entry = nullptr;
     const int header = archive_read_next_header(archive_, &entry);
@@ -244,7 +244,8 @@ std::uint64_t StreamSource::skip(std::uint64_t n) {
   std::array<std::byte, 64 * 1024> sink;
   std::uint64_t done = 0;
   while (done < n) {
-    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(n - done, sink.size()));
+    const std::size_t want =
+        static_cast<std::size_t>(std::min<std::uint64_t>(n - done, sink.size()));
     const std::size_t got = read(std::span<std::byte>(sink.data(), want));
     if (got == 0) break;
     done += got;
@@ -306,8 +307,8 @@ std::unique_ptr<StreamSource> open_stream_source(const std::string& name, std::u
 #if STOKER_HAS_LIBARCHIVE
   auto archive = std::make_unique<ArchiveSource>(std::move(source), name, who);
   if (offset != 0 && archive->skip(offset) != offset) {
-    throw Error(fmt::format("{}: shard {} ended before byte {} of its decompressed data", who,
-                            name, offset));
+    throw Error(fmt::format("{}: shard {} ended before byte {} of its decompressed data", who, name,
+                            offset));
   }
   return archive;
 #else

@@ -97,8 +97,8 @@ Tensor decode_npy_field(std::span<const std::uint8_t> bytes, std::string_view so
         source, a.data_bytes, raw.size() - std::min(raw.size(), a.data_offset)));
   }
   if (a.shape.size() > Shape::kMaxDims) {
-    throw NpyFormatError(fmt::format("npy: {}: {} dimensions; a field may have at most {}",
-                                     source, a.shape.size(), Shape::kMaxDims));
+    throw NpyFormatError(fmt::format("npy: {}: {} dimensions; a field may have at most {}", source,
+                                     a.shape.size(), Shape::kMaxDims));
   }
   Tensor t = Tensor::empty(a.dtype, Shape(std::span<const std::int64_t>(a.shape)));
   const std::byte* from = raw.data() + a.data_offset;
@@ -179,7 +179,8 @@ void RawRecord::clear() noexcept {
 }
 
 std::string RecordRef::describe() const {
-  if (key.empty()) return fmt::format("{}: {}: record {} at byte {}", format, shard, ordinal, offset);
+  if (key.empty())
+    return fmt::format("{}: {}: record {} at byte {}", format, shard, ordinal, offset);
   return fmt::format("{}: {}: record {} ('{}') at byte {}", format, shard, ordinal, key, offset);
 }
 
@@ -235,7 +236,8 @@ Tensor FieldPlan::decode(const RawField& field, std::span<const std::byte> bytes
   if (decoder == nullptr) decoder = decoders_.find(field.name);
   if (decoder == nullptr) return Tensor::from(value);
   // The built-in integer decoder needs no message unless it fails: skip formatting one.
-  if (const DecoderFn* fn = decoder->target<DecoderFn>(); fn != nullptr && *fn == &decode_int_field) {
+  if (const DecoderFn* fn = decoder->target<DecoderFn>();
+      fn != nullptr && *fn == &decode_int_field) {
     std::int64_t v = 0;
     if (parse_int(value, v)) return Tensor::scalar<std::int64_t>(v);
   }

@@ -116,8 +116,8 @@ std::optional<std::vector<std::byte>> load_index(const std::string& index_file,
   std::vector<std::byte> bytes(static_cast<std::size_t>(st.st_size));
   std::size_t done = 0;
   while (done < bytes.size()) {
-    const ssize_t n = ::pread(fd.get(), bytes.data() + done, bytes.size() - done,
-                              static_cast<off_t>(done));
+    const ssize_t n =
+        ::pread(fd.get(), bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return std::nullopt;
     done += static_cast<std::size_t>(n);
@@ -137,7 +137,7 @@ bool save_index(const std::string& index_file, std::string_view magic, std::uint
   posix::Fd fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd.valid()) {
     logger().debug("cannot write shard index {} ({}): keeping it in memory", index_file,
-              std::strerror(errno));
+                   std::strerror(errno));
     return false;
   }
   const bool written = write_all(fd.get(), bytes);

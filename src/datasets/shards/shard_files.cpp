@@ -15,6 +15,9 @@ namespace stoker::detail {
 namespace {
 constexpr std::size_t kFirstReadahead = 64 * 1024;
 constexpr std::size_t kMaxReadahead = 1024 * 1024;
+// A read starting at most this far past the previous one's end counts as sequential: the next
+// record of a tar shard starts after its header and padding.
+constexpr std::uint64_t kSequentialGap = 16 * 1024;
 }  // namespace
 
 ShardFiles::ShardFiles(std::size_t max_open) : max_open_(max_open) {
@@ -58,7 +61,8 @@ std::span<const std::byte> ShardFiles::read(std::size_t shard, const std::string
     return std::span<const std::byte>(window_).subspan(
         static_cast<std::size_t>(offset - window_begin_), size);
   }
-  const bool sequential = shard == window_shard_ && offset == last_end_;
+  const bool sequential =
+      shard == window_shard_ && offset >= last_end_ && offset - last_end_ <= kSequentialGap;
   readahead_ = sequential ? std::min(std::max(readahead_ * 2, kFirstReadahead), kMaxReadahead) : 0;
   const std::size_t want = std::max(size, readahead_);
   if (window_.size() < want) window_.resize(want);
@@ -67,8 +71,8 @@ std::span<const std::byte> ShardFiles::read(std::size_t shard, const std::string
   std::size_t done = 0;
   while (done < want) {
     ++read_calls_;
-    const ssize_t n = ::pread(descriptor, window_.data() + done, want - done,
-                              static_cast<off_t>(offset + done));
+    const ssize_t n =
+        ::pread(descriptor, window_.data() + done, want - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       throw Error(fmt::format("cannot read shard {} at byte {}: {}", path, offset + done,
@@ -87,6 +91,12 @@ std::span<const std::byte> ShardFiles::read(std::size_t shard, const std::string
   window_begin_ = offset;
   window_bytes_ = done;
   last_end_ = offset + size;
+  if (sequential && readahead_ == kMaxReadahead) {
+    // Reading front to back: ask the kernel for the next window now, so the disk works while
+    // this one is used (on a cold page cache a window otherwise waits for its own read).
+    (void)::posix_fadvise(descriptor, static_cast<off_t>(offset + done),
+                          static_cast<off_t>(kMaxReadahead), POSIX_FADV_WILLNEED);
+  }
   return std::span<const std::byte>(window_).first(size);
 }
 

@@ -26,9 +26,10 @@ class ShardFiles {
   ShardFiles& operator=(const ShardFiles&) = delete;
 
   // Bytes [offset, offset + size) of shard `shard` (at `path`), valid until the next read().
-  // A read that starts where the previous one of the same shard ended is sequential: the
-  // window then reads ahead (doubling up to 1 MiB), so small records cost a system call per
-  // window, not per record; other reads read exactly what they ask. Throws stoker::Error naming
+  // A read that starts at, or a little past (16 KiB at most), where the previous one of the
+  // same shard ended is sequential: the window then reads ahead (doubling up to 1 MiB), so
+  // small records cost a system call per window, not per record; other reads read exactly
+  // what they ask. Throws stoker::Error naming
   // `path` and the offset when the file cannot be opened or read, or ends early ("shorter than
   // its index says: it changed after it was indexed; delete <index> to rebuild it").
   std::span<const std::byte> read(std::size_t shard, const std::string& path, std::uint64_t offset,
@@ -50,9 +51,9 @@ class ShardFiles {
   std::vector<std::byte> window_;
   std::size_t window_shard_ = ~std::size_t{0};
   std::uint64_t window_begin_ = 0;
-  std::size_t window_bytes_ = 0;       // valid bytes in window_
-  std::uint64_t last_end_ = 0;         // where the previous read of window_shard_ ended
-  std::size_t readahead_ = 0;          // current read-ahead, grows on sequential reads
+  std::size_t window_bytes_ = 0;  // valid bytes in window_
+  std::uint64_t last_end_ = 0;    // where the previous read of window_shard_ ended
+  std::size_t readahead_ = 0;     // current read-ahead, grows on sequential reads
   std::uint64_t read_calls_ = 0;
 };
 

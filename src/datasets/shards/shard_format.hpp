@@ -90,8 +90,9 @@ class RecordCursor {
   virtual ~RecordCursor() = default;
   // The next record into `out` (cleared first); false at the shard's end. Its bytes must be
   // owned (RawRecord::own or storage): the shuffle buffer keeps records while the cursor
-  // reads on. A record that cannot be read returns true with out.error set, the cursor past it. Throws stoker::Error only when
-  // the shard cannot be read any further at all (it could not be opened: a missing file).
+  // reads on. A record that cannot be read returns true with out.error set, the cursor past it.
+  // Throws stoker::Error only when the shard cannot be read any further at all (it could not be
+  // opened: a missing file).
   virtual bool next(RawRecord& out) = 0;
   // Moves past the next record without producing it; false at the end. For a start mid-shard.
   virtual bool skip() = 0;
@@ -141,8 +142,8 @@ class ShardFormat {
 
   // Map-style: record k of `shard` into `out`. Either process. Throws stoker::Error (naming
   // the shard, record and offset) for a record that cannot be read.
-  virtual void read(std::size_t shard, std::uint64_t k, const FieldPlan& plan,
-                    ShardFiles& files, RawRecord& out) const = 0;
+  virtual void read(std::size_t shard, std::uint64_t k, const FieldPlan& plan, ShardFiles& files,
+                    RawRecord& out) const = 0;
   // Streaming: a cursor at record `first` of `shard`. Throws stoker::Error when the shard
   // cannot be opened.
   virtual std::unique_ptr<RecordCursor> open(std::size_t shard, std::uint64_t first,

@@ -39,7 +39,7 @@ struct StreamReaderState {
   std::uint64_t reads = 0;                 // records taken this epoch (bad ones included)
   std::uint64_t delivered = 0;             // good records handed out this epoch
   std::unique_ptr<RecordCursor> cursor;
-  std::size_t cursor_slot = 0;   // which entry of `order` it reads
+  std::size_t cursor_slot = 0;    // which entry of `order` it reads
   std::uint64_t cursor_next = 0;  // the record it returns next
   std::vector<RawRecord> buffer;
   std::vector<RawRecord> spares;  // records whose buffers wait for reuse
@@ -90,10 +90,10 @@ bool parse_u64(std::string_view text, std::uint64_t& out) {
 
 SavedState parse_state(std::string_view text) {
   auto bad = [&](std::string_view why) {
-    return std::invalid_argument(fmt::format(
-        "ShardedStream::load_state: not a stream state ({}): \"{}\"; pass the text "
-        "ShardedStream::state() returned",
-        why, text.substr(0, 200)));
+    return std::invalid_argument(
+        fmt::format("ShardedStream::load_state: not a stream state ({}): \"{}\"; pass the text "
+                    "ShardedStream::state() returned",
+                    why, text.substr(0, 200)));
   };
   SavedState s;
   std::size_t pos = 0;
@@ -115,12 +115,13 @@ SavedState parse_state(std::string_view text) {
       const std::string_view key = word.substr(0, eq);
       const std::string_view value = word.substr(eq + 1);
       const std::pair<std::string_view, std::uint64_t*> numbers[] = {
-          {"epoch", &s.epoch}, {"seed", &s.seed},   {"total", &s.total},     {"shards", &s.shards},
+          {"epoch", &s.epoch}, {"seed", &s.seed}, {"total", &s.total},     {"shards", &s.shards},
           {"world", &s.world}, {"rank", &s.rank}, {"workers", &s.workers}, {"batches", &s.batches}};
       bool known = false;
       for (std::size_t i = 0; i < std::size(numbers); ++i) {
         if (key != numbers[i].first) continue;
-        if (!parse_u64(value, *numbers[i].second)) throw bad(fmt::format("{} is not a number", key));
+        if (!parse_u64(value, *numbers[i].second))
+          throw bad(fmt::format("{} is not a number", key));
         have[i] = known = true;
       }
       if (key == "policy") {
@@ -213,12 +214,12 @@ std::vector<std::string> expand_shards(std::string_view pattern) {
     return {std::string(pattern)};
   }
   const std::size_t close = pattern.find('}', open);
-  if (close == std::string_view::npos || pattern.substr(open + 1, close - open - 1).find('{') !=
-                                             std::string_view::npos) {
-    throw std::invalid_argument(fmt::format(
-        "expand_shards: unbalanced or nested braces in \"{}\"; write groups such as "
-        "{{000..099}} or {{a,b}}",
-        pattern));
+  if (close == std::string_view::npos ||
+      pattern.substr(open + 1, close - open - 1).find('{') != std::string_view::npos) {
+    throw std::invalid_argument(
+        fmt::format("expand_shards: unbalanced or nested braces in \"{}\"; write groups such as "
+                    "{{000..099}} or {{a,b}}",
+                    pattern));
   }
   const std::string_view head = pattern.substr(0, open);
   const std::string_view body = pattern.substr(open + 1, close - open - 1);
@@ -266,9 +267,9 @@ ShardedDataset::ShardedDataset(std::shared_ptr<const detail::ShardFormat> format
       max_open_shards_(options.max_open_shards),
       reader_(std::make_unique<detail::MapReaderState>(options.max_open_shards)) {
   if (!format_->random_access()) {
-    throw std::invalid_argument(fmt::format(
-        "{}: these shards cannot be read at random (compressed, or pipes); stream them",
-        format_->format_name()));
+    throw std::invalid_argument(
+        fmt::format("{}: these shards cannot be read at random (compressed, or pipes); stream them",
+                    format_->format_name()));
   }
 }
 
@@ -294,15 +295,15 @@ std::size_t ShardedDataset::size() const noexcept {
 std::size_t ShardedDataset::num_shards() const noexcept { return format_->num_shards(); }
 const std::string& ShardedDataset::shard_name(std::size_t shard) const {
   if (shard >= num_shards()) {
-    throw std::out_of_range(fmt::format("{}::shard_name: shard {} of {}", format_->format_name(),
-                                        shard, num_shards()));
+    throw std::out_of_range(
+        fmt::format("{}::shard_name: shard {} of {}", format_->format_name(), shard, num_shards()));
   }
   return format_->shard_name(shard);
 }
 std::uint64_t ShardedDataset::shard_size(std::size_t shard) const {
   if (shard >= num_shards()) {
-    throw std::out_of_range(fmt::format("{}::shard_size: shard {} of {}", format_->format_name(),
-                                        shard, num_shards()));
+    throw std::out_of_range(
+        fmt::format("{}::shard_size: shard {} of {}", format_->format_name(), shard, num_shards()));
   }
   return format_->shard_records(shard);
 }
@@ -481,7 +482,8 @@ void ShardedStream::start_epoch(std::uint64_t epoch) {
   st.order.resize(num_shards);
   for (std::size_t s = 0; s < num_shards; ++s) st.order[s] = s;
   if (options_.shuffle) {
-    Generator::from({options_.seed, epoch, detail::kShardOrderKey}).shuffle(st.order.begin(), st.order.end());
+    Generator::from({options_.seed, epoch, detail::kShardOrderKey})
+        .shuffle(st.order.begin(), st.order.end());
   }
   st.order_first.clear();
   std::uint64_t at = 0;
@@ -515,7 +517,8 @@ void ShardedStream::start_epoch(std::uint64_t epoch) {
   // Replay the draws of the records already delivered, without decoding them, so the buffer
   // and the generator stand exactly where they stood.
   const std::uint64_t skip = std::min(saved->delivered[plays], st.split.per_stream);
-  const std::size_t capacity = options_.shuffle ? std::max<std::size_t>(options_.shuffle_buffer, 1) : 1;
+  const std::size_t capacity =
+      options_.shuffle ? std::max<std::size_t>(options_.shuffle_buffer, 1) : 1;
   detail::RawRecord record;
   while (st.delivered < skip) {
     try {
@@ -532,7 +535,8 @@ std::optional<Sample> ShardedStream::next() {
   detail::StreamReaderState& st = *reader_;
   if (!st.started) start_epoch(0);
   if (st.split.total == 0) return std::nullopt;
-  const std::size_t capacity = options_.shuffle ? std::max<std::size_t>(options_.shuffle_buffer, 1) : 1;
+  const std::size_t capacity =
+      options_.shuffle ? std::max<std::size_t>(options_.shuffle_buffer, 1) : 1;
   detail::RawRecord record = detail::take_spare(st);
   if (!detail::draw(*format_, *plan_, capacity, st, record)) {
     st.spares.push_back(std::move(record));

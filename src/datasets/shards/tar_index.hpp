@@ -23,10 +23,10 @@ inline constexpr std::uint32_t kTarIndexVersion = 1;
 
 struct TarIndex {
   struct Record {
-    std::uint64_t offset = 0;       // its first header (or where the damage starts)
+    std::uint64_t offset = 0;  // its first header (or where the damage starts)
     std::uint32_t first_member = 0;
-    std::uint32_t members = 0;      // 0 for a damaged record
-    std::uint32_t damage = 0;       // 0: readable; otherwise 1 + its index in damages
+    std::uint32_t members = 0;  // 0 for a damaged record
+    std::uint32_t damage = 0;   // 0: readable; otherwise 1 + its index in damages
   };
   struct Member {
     std::uint64_t data_offset = 0;

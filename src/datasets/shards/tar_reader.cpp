@@ -243,7 +243,8 @@ TarScanner::Step TarScanner::resync(TarProblem problem, std::uint64_t offset, st
     const std::size_t got = read_block(block);
     if (got < kTarBlock) {
       ended_ = true;
-      damage = TarDamage{problem, offset, at, std::move(detail), false, std::move(damage.name_hint)};
+      damage =
+          TarDamage{problem, offset, at, std::move(detail), false, std::move(damage.name_hint)};
       return Step::kDamage;
     }
     TarHeader header;
@@ -252,8 +253,8 @@ TarScanner::Step TarScanner::resync(TarProblem problem, std::uint64_t offset, st
     if (parse == HeaderParse::kZero) {
       if (++zeros == 2) {  // the end-of-archive marker
         ended_ = true;
-        damage = TarDamage{problem, offset, at - kTarBlock, std::move(detail), false,
-                           std::move(damage.name_hint)};
+        damage = TarDamage{problem,           offset, at - kTarBlock,
+                           std::move(detail), false,  std::move(damage.name_hint)};
         return Step::kDamage;
       }
       continue;
@@ -263,8 +264,8 @@ TarScanner::Step TarScanner::resync(TarProblem problem, std::uint64_t offset, st
       pushed_ = block;
       has_pushed_ = true;
       pos_ = at;
-      damage = TarDamage{problem, offset, at, std::move(detail), false,
-                         std::move(damage.name_hint)};
+      damage =
+          TarDamage{problem, offset, at, std::move(detail), false, std::move(damage.name_hint)};
       return Step::kDamage;
     }
   }
@@ -325,11 +326,10 @@ TarScanner::Step TarScanner::next(TarMember& member, TarDamage& damage) {
       if (std::all_of(name.begin(), name.end(), [](char c) { return c >= 32 && c < 127; })) {
         hint_ = std::string(name);
       }
-      std::string detail =
-          problem == TarProblem::kBadChecksum
-              ? fmt::format("stored checksum {}, computed {}", header.stored_checksum,
-                            header.computed_checksum)
-              : std::string("its size field is not octal or base-256");
+      std::string detail = problem == TarProblem::kBadChecksum
+                               ? fmt::format("stored checksum {}, computed {}",
+                                             header.stored_checksum, header.computed_checksum)
+                               : std::string("its size field is not octal or base-256");
       return resync(problem, at, std::move(detail), damage);
     }
     hint_.clear();
@@ -343,11 +343,11 @@ TarScanner::Step TarScanner::next(TarMember& member, TarDamage& damage) {
       case 'L': {
         const std::size_t limit = header.type == 'x' ? kTarMaxExtended : kTarMaxPath;
         if (header.size > limit) {
-          return resync(TarProblem::kBadExtended, at,
-                        fmt::format("a {} header of {} bytes (at most {})",
-                                    header.type == 'x' ? "pax" : "GNU long-name", header.size,
-                                    limit),
-                        damage);
+          return resync(
+              TarProblem::kBadExtended, at,
+              fmt::format("a {} header of {} bytes (at most {})",
+                          header.type == 'x' ? "pax" : "GNU long-name", header.size, limit),
+              damage);
         }
         payload.resize(static_cast<std::size_t>(header.size));
         if (!read_exact(payload) || !skip_to(data_at + round_up(header.size))) {
@@ -373,8 +373,9 @@ TarScanner::Step TarScanner::next(TarMember& member, TarDamage& damage) {
         continue;
       case '0':
       case '7': {
-        member.path = long_name ? std::move(*long_name) : pax.path ? std::move(*pax.path)
-                                                                    : std::move(header.name);
+        member.path = long_name  ? std::move(*long_name)
+                      : pax.path ? std::move(*pax.path)
+                                 : std::move(header.name);
         member.header_offset = member_start;
         member.data_offset = data_at;
         member.size = size;
@@ -436,9 +437,12 @@ void TarSampleReader::take_member(TarSample& out, bool read_bytes) {
   split_member_name(m.path, key, field);
   for (const TarSample::Member& existing : out.members) {
     if (existing.field == field && !out.damage) {
-      out.damage = TarDamage{TarProblem::kDuplicateField, m.header_offset, m.data_offset,
+      out.damage = TarDamage{TarProblem::kDuplicateField,
+                             m.header_offset,
+                             m.data_offset,
                              fmt::format("field '{}' of key '{}' appears twice", field, key),
-                             false, {}};
+                             false,
+                             {}};
     }
   }
   TarSample::Member member;
@@ -447,20 +451,23 @@ void TarSampleReader::take_member(TarSample& out, bool read_bytes) {
   member.size = m.size;
   const bool want = read_bytes && !out.damage && wants_ != nullptr && wants_(context_, field);
   if (want) {
-    if (m.size > out.storage.max_size() - out.storage.size()) {
-      out.damage = TarDamage{TarProblem::kBadNumber, m.header_offset, m.data_offset,
-                             fmt::format("a member of {} bytes", m.size), false, {}};
-    } else {
-      member.stored_at = out.storage.size();
-      out.storage.resize(out.storage.size() + static_cast<std::size_t>(m.size));
+    // In pieces, so a damaged size field cannot make it allocate more than the stream holds.
+    constexpr std::uint64_t kPiece = 1 << 20;
+    member.stored_at = out.storage.size();
+    std::uint64_t left = m.size;
+    member.stored = true;
+    while (left > 0) {
+      const auto piece = static_cast<std::size_t>(std::min(left, kPiece));
+      const std::size_t at = out.storage.size();
+      out.storage.resize(at + piece);
       TarDamage damage;
-      if (!scanner_.read_data(std::span<std::byte>(out.storage).subspan(member.stored_at),
-                              damage)) {
+      if (!scanner_.read_data(std::span<std::byte>(out.storage).subspan(at), damage)) {
         damage.offset = m.header_offset;
         out.damage = std::move(damage);
-      } else {
-        member.stored = true;
+        member.stored = false;
+        break;
       }
+      left -= piece;
     }
   }
   out.members.push_back(std::move(member));

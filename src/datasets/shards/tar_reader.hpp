@@ -30,10 +30,10 @@ inline constexpr std::size_t kTarMaxExtended = 1024 * 1024;
 
 enum class TarProblem : std::uint8_t {
   kNone,
-  kBadChecksum,   // a header block whose checksum does not match its bytes
-  kBadNumber,     // a size (or other number) field that is not octal or base-256
-  kBadExtended,   // a pax header or GNU long name that is malformed or too large
-  kTruncated,     // the stream ends inside a header or a member's data
+  kBadChecksum,     // a header block whose checksum does not match its bytes
+  kBadNumber,       // a size (or other number) field that is not octal or base-256
+  kBadExtended,     // a pax header or GNU long name that is malformed or too large
+  kTruncated,       // the stream ends inside a header or a member's data
   kDuplicateField,  // two members of one sample with the same field name
 };
 std::string_view tar_problem_name(TarProblem problem) noexcept;
@@ -80,7 +80,7 @@ struct TarDamage {
   TarProblem problem = TarProblem::kNone;
   std::uint64_t offset = 0;
   std::uint64_t resume = 0;
-  std::string detail;  // "stored checksum 4321, computed 4318"
+  std::string detail;      // "stored checksum 4321, computed 4318"
   bool in_member = false;  // the stream ended inside the data of the member just returned
   // The member name the damaged header still shows (when it is printable): which sample the
   // damage most likely belongs to.
@@ -97,8 +97,9 @@ class TarScanner {
   // it), a damaged stretch (already passed), or the end (two zero blocks, or the stream's end
   // at a block boundary). Throws what the source throws.
   Step next(TarMember& member, TarDamage& damage);
-  // Reads the current member's data (all of it, once). False when the stream ended first:
-  // then `damage` is the truncation, and the next call of next() returns kEnd.
+  // Reads the next dst.size() bytes of the current member's data (in one call or several).
+  // False when the stream ended first: then `damage` is the truncation, and the next call of
+  // next() returns kEnd.
   bool read_data(std::span<std::byte> dst, TarDamage& damage);
   std::uint64_t position() const noexcept { return pos_; }
 
@@ -114,7 +115,7 @@ class TarScanner {
 
   StreamSource& in_;
   std::uint64_t pos_;
-  std::uint64_t data_end_ = 0;  // the current member's padded end: where the next header is
+  std::uint64_t data_end_ = 0;        // the current member's padded end: where the next header is
   std::uint64_t current_header_ = 0;  // the current member's first header
   bool data_pending_ = false;
   bool ended_ = false;

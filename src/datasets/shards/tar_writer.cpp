@@ -160,9 +160,10 @@ struct ShardWriter::Impl {
   }
 
   [[noreturn]] void fail(std::string_view what, int err) const {
-    throw Error(fmt::format("ShardWriter: cannot {} {}: {}; check the directory exists and has "
-                            "space",
-                            what, path, detail::posix::errno_message("the system said", err)));
+    throw Error(
+        fmt::format("ShardWriter: cannot {} {}: {}; check the directory exists and has "
+                    "space",
+                    what, path, detail::posix::errno_message("the system said", err)));
   }
 
   void flush() {
@@ -207,9 +208,10 @@ struct ShardWriter::Impl {
       const std::string idx = detail::index_path(path, "");
       if (!detail::save_index(idx, detail::kTarIndexMagic, detail::kTarIndexVersion, stat,
                               detail::serialize_tar_index(built))) {
-        throw Error(fmt::format("ShardWriter: cannot write the index {} of shard {}; check the "
-                                "directory is writable, or set write_index = false",
-                                idx, path));
+        throw Error(
+            fmt::format("ShardWriter: cannot write the index {} of shard {}; check the "
+                        "directory is writable, or set write_index = false",
+                        idx, path));
       }
     }
     paths.push_back(path);
@@ -238,9 +240,8 @@ struct ShardWriter::Impl {
     }
     ustar_header(block, name.substr(0, std::min<std::size_t>(name.size(), 100)), data.size(), '0');
     append(block);
-    const std::size_t dot = name.find('.', name.rfind('/') == std::string_view::npos
-                                              ? 0
-                                              : name.rfind('/') + 1);
+    const std::size_t dot =
+        name.find('.', name.rfind('/') == std::string_view::npos ? 0 : name.rfind('/') + 1);
     sample.members.push_back(detail::TarSample::Member{std::string(name.substr(dot + 1)), offset,
                                                        data.size(), 0, false});
     append(data);
@@ -261,8 +262,9 @@ ShardWriter::~ShardWriter() {
 
 std::uint64_t ShardWriter::samples_written() const noexcept { return impl_->samples; }
 
-void ShardWriter::write(std::string_view key,
-                        std::span<const std::pair<std::string, std::span<const std::byte>>> fields) {
+void ShardWriter::write(
+    std::string_view key,
+    std::span<const std::pair<std::string, std::span<const std::byte>>> fields) {
   const std::size_t slash = key.rfind('/');
   const std::string_view base = slash == std::string_view::npos ? key : key.substr(slash + 1);
   if (base.empty() || base.find('.') != std::string_view::npos || base.front() == '.') {

@@ -24,11 +24,10 @@ constexpr std::string_view kWho = "WebDatasetShards";
 
 std::string damage_message(const RecordRef& where, const TarDamage& d) {
   const std::string_view advice =
-      d.problem == TarProblem::kTruncated
-          ? "The shard was cut short: copy or write it again"
-          : d.problem == TarProblem::kDuplicateField
-                ? "A sample's fields need distinct names: write the shard again"
-                : "The shard is damaged: write it again (stoker-shard, or tar)";
+      d.problem == TarProblem::kTruncated ? "The shard was cut short: copy or write it again"
+      : d.problem == TarProblem::kDuplicateField
+          ? "A sample's fields need distinct names: write the shard again"
+          : "The shard is damaged: write it again (stoker-shard, or tar)";
   return fmt::format(
       "{}: {}: {}; bytes {} to {} cannot be read as samples. {}, or skip bad records with "
       "LoaderOptions::on_sample_error = OnSampleError::kSkip",
@@ -71,8 +70,8 @@ class TarCursor final : public RecordCursor {
     out.offset = sample_.offset;
     out.key = sample_.key;
     if (sample_.damage) {
-      out.error = damage_message(RecordRef{kWho, name_, out.ordinal, out.offset, out.key},
-                                 *sample_.damage);
+      out.error =
+          damage_message(RecordRef{kWho, name_, out.ordinal, out.offset, out.key}, *sample_.damage);
       return true;
     }
     out.storage.swap(sample_.storage);
@@ -125,22 +124,24 @@ class WebDatasetFormat final : public ShardFormat {
     out.ordinal = k;
     out.offset = r.offset;
     if (r.damage != 0) {
-      throw Error(damage_message(RecordRef{kWho, s.name, k, r.offset, {}},
-                                 ix.damages[r.damage - 1]));
+      throw Error(
+          damage_message(RecordRef{kWho, s.name, k, r.offset, {}}, ix.damages[r.damage - 1]));
     }
     const std::uint64_t begin = ix.span_begin(r);
     const std::uint64_t end = ix.span_end(r);
     if (end - begin > std::numeric_limits<std::size_t>::max() / 2) {
-      throw Error(fmt::format("{}: {} bytes do not fit in memory", ref(out).describe(),
-                              end - begin));
+      throw Error(
+          fmt::format("{}: {} bytes do not fit in memory", ref(out).describe(), end - begin));
     }
     out.set_borrowed(files.read(shard, s.name, begin, static_cast<std::size_t>(end - begin)));
     for (std::uint32_t i = 0; i < r.members; ++i) {
       const TarIndex::Member& m = ix.members[r.first_member + i];
       const std::string& field = ix.fields[m.field];
       if (!plan.wants(field)) continue;
-      out.fields.push_back(RawField{field, static_cast<std::size_t>(m.data_offset - begin),
-                                    static_cast<std::size_t>(m.size), {}});
+      out.fields.push_back(RawField{field,
+                                    static_cast<std::size_t>(m.data_offset - begin),
+                                    static_cast<std::size_t>(m.size),
+                                    {}});
     }
   }
 
