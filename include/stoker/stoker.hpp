@@ -10,6 +10,7 @@
 #include "stoker/distributed.hpp"
 #include "stoker/errors.hpp"
 #include "stoker/image_folder_dataset.hpp"
+#include "stoker/image_list_dataset.hpp"
 #include "stoker/memory.hpp"
 #include "stoker/npy_dataset.hpp"
 #include "stoker/options.hpp"
@@ -22,4 +23,5 @@
 #include "stoker/tensor_dataset.hpp"
 #include "stoker/token_dataset.hpp"
 #include "stoker/topology.hpp"
+#include "stoker/vision.hpp"
 #include "stoker/worker_info.hpp"
