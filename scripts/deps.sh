@@ -5,9 +5,11 @@
 stoker_required_packages=(
   build-essential cmake pkg-config
   libfmt-dev libspdlog-dev catch2 libhwloc-dev
-  libturbojpeg0-dev libpng-dev  # ImageFolderDataset
+  libjpeg62-turbo-dev libpng-dev libwebp-dev  # stoker::vision (JPEG, PNG, WebP)
+  libturbojpeg0-dev             # the image tests write JPEGs with TurboJPEG
   openmpi-bin                   # the mpirun test of DistributedSampler::from_env
   python3-numpy  # tests cross-check .npy files written by NumPy
+  python3-pil python3-torchvision  # the vision parity tests compare with torchvision
   libtorch-dev   # examples/libtorch_interop and dlpack_layout_check (skipped when absent)
 )
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -20,6 +21,10 @@
 #include "stoker/vision/transforms.hpp"
 
 namespace stoker::vision {
+
+namespace detail {
+struct OutputTable;
+}
 
 using Transform = std::variant<Resize, CenterCrop, RandomResizedCrop, RandomCrop,
                                RandomHorizontalFlip, ColorJitter, Normalize>;
@@ -87,12 +92,15 @@ class Pipeline {
              Trace* trace = nullptr) const;
 
  private:
-  void check_order() const;
+  void add(Transform transform);
+  void set_output(DType dtype, Layout layout);
+  const detail::OutputTable& table() const;
 
   std::vector<Transform> transforms_;
   Mode mode_ = Mode::kExact;
   std::optional<DType> dtype_;
   Layout layout_ = Layout::kCHW;
+  std::shared_ptr<const detail::OutputTable> table_;  // rebuilt by the builders; copies share it
 };
 
 }  // namespace stoker::vision
