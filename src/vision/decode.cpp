@@ -45,7 +45,8 @@ void Image::reset(int new_width, int new_height, int new_channels) {
   channels = new_channels;
   const std::size_t n = static_cast<std::size_t>(width) * static_cast<std::size_t>(height) *
                         static_cast<std::size_t>(channels);
-  if (pixels.size() < n) pixels.resize(n);
+  constexpr std::size_t kSpare = 64;  // the resampler's vector loads may read past the last row
+  if (pixels.size() < n + kSpare) pixels.resize(n + kSpare);
   full_width = width;
   full_height = height;
   scale_denom = 1;

@@ -102,9 +102,7 @@ void run_stage(const detail::Stage& stage, const Input& in, const Rect& valid, S
                detail::RowSink sink, void* context) {
   if (valid.width == 0 || valid.height == 0) return;
   stage_axes(stage, in, valid, s.columns, s.rows);
-  const Image& image = *in.image;
-  const detail::View view{image.pixels.data(), image.row_bytes(), image.width, image.height, 3};
-  detail::resample(view, s.columns, s.rows, sink, context);
+  detail::resample(detail::view_of(*in.image), s.columns, s.rows, sink, context);
 }
 
 // Pillow's convert("RGB") of a grey or RGBA image.

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "vision/resample_simd.hpp"
+
 namespace stoker::vision::detail {
 namespace {
 
@@ -112,6 +114,11 @@ void pillow_axis(Axis& axis, int in_size, double in0, double in1, int out_size,
   }
 }
 
+View view_of(const Image& image) noexcept {
+  return View{image.pixels.data(), image.row_bytes(), image.width, image.height, image.channels,
+              image.pixels.data() + image.pixels.size()};
+}
+
 namespace {
 
 inline std::uint8_t clip8(std::int32_t acc) {
@@ -124,12 +131,43 @@ struct Scratch {
   std::vector<std::uint8_t> columns;
   std::vector<std::int32_t> sums;
   std::vector<std::uint8_t> row;
+  std::vector<const std::uint8_t*> taps;
+  PackedWeights packed;
 };
 thread_local Scratch t_scratch;
 
-void horizontal_row(const std::uint8_t* in, const Axis& axis, int channels, std::uint8_t* out) {
+void pack_weights(const Axis& axis, PackedWeights& packed) {
+  const int longest = *std::max_element(axis.length.begin(), axis.length.end());
+  const int pairs = (longest + 1) / 2;
+  packed.tap_pairs = pairs;
+  const std::size_t count = static_cast<std::size_t>(axis.count / 2);
+  packed.values.assign(count * static_cast<std::size_t>(pairs) * 32, 0);
+  std::int16_t* v = packed.values.data();
+  for (std::size_t p = 0; p < count; ++p) {
+    for (int j = 0; j < pairs; ++j, v += 32) {
+      for (std::size_t half = 0; half < 2; ++half) {  // pixel 2p in the low lane, 2p + 1 high
+        const std::size_t i = 2 * p + half;
+        const std::int32_t* k = axis.weights.data() + i * static_cast<std::size_t>(axis.taps);
+        for (int t = 0; t < 2; ++t) {
+          const int tap = 2 * j + t;
+          const std::int32_t w = tap < axis.length[i] ? k[tap] : 0;
+          for (int c = 0; c < 3; ++c) {
+            v[half * 8 + static_cast<std::size_t>(2 * c + t)] = static_cast<std::int16_t>(w >> 11);
+            v[16 + half * 8 + static_cast<std::size_t>(2 * c + t)] =
+                static_cast<std::int16_t>(w & 0x7ff);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The portable horizontal pass, output pixels [first, axis.count).
+void horizontal_row(const std::uint8_t* in, const Axis& axis, int channels, int first,
+                    std::uint8_t* out) {
   constexpr std::int32_t kHalf = std::int32_t{1} << (kWeightBits - 1);
-  for (int i = 0; i < axis.count; ++i) {
+  out += static_cast<std::ptrdiff_t>(first) * channels;
+  for (int i = first; i < axis.count; ++i) {
     const std::size_t ii = static_cast<std::size_t>(i);
     const std::uint8_t* p = in + static_cast<std::ptrdiff_t>(axis.start[ii]) * channels;
     const std::int32_t* k = axis.weights.data() + ii * static_cast<std::size_t>(axis.taps);
@@ -188,10 +226,25 @@ void resample(const View& src, const Axis& columns, const Axis& rows, RowSink si
            static_cast<std::size_t>(columns.start.front()) * static_cast<std::size_t>(channels);
     step = src.stride;
   } else {
-    s.columns.resize(out_width * static_cast<std::size_t>(row1 - row0));
+    s.columns.resize(out_width * static_cast<std::size_t>(row1 - row0) + 16);
+    const bool simd = channels == 3 && have_avx2() && columns.count >= 2;
+    if (simd) pack_weights(columns, s.packed);
     for (int r = row0; r < row1; ++r) {
-      horizontal_row(src.data + static_cast<std::size_t>(r) * src.stride, columns, channels,
-                     s.columns.data() + static_cast<std::size_t>(r - row0) * out_width);
+      const std::uint8_t* in = src.data + static_cast<std::size_t>(r) * src.stride;
+      std::uint8_t* out = s.columns.data() + static_cast<std::size_t>(r - row0) * out_width;
+      int done = 0;
+      if (simd) {
+        // The vector loads of pixel i reach byte (start + 2 pairs) * 3 + 1 of the row.
+        const std::ptrdiff_t room = src.end - in;
+        int n = columns.count & ~1;
+        while (n > 0 && (static_cast<std::ptrdiff_t>(columns.start[static_cast<std::size_t>(n - 1)]) +
+                         2 * s.packed.tap_pairs) * 3 + 2 > room) {
+          n -= 2;
+        }
+        horizontal_rgb_avx2(in, columns.start.data(), s.packed, n, out);
+        done = n;
+      }
+      horizontal_row(in, columns, channels, done, out);
     }
     base = s.columns.data();
     step = out_width;
@@ -205,16 +258,22 @@ void resample(const View& src, const Axis& columns, const Axis& rows, RowSink si
   }
   s.sums.resize(out_width);
   s.row.resize(out_width);
-  std::vector<const std::uint8_t*> taps(static_cast<std::size_t>(rows.taps));
+  s.taps.resize(static_cast<std::size_t>(rows.taps));
+  const bool simd = have_avx2();
   for (int y = 0; y < rows.count; ++y) {
     const std::size_t yy = static_cast<std::size_t>(y);
     const int first = rows.start[yy];
     const int n = rows.length[yy];
     for (int t = 0; t < n; ++t) {
-      taps[static_cast<std::size_t>(t)] = base + static_cast<std::size_t>(first + t - row0) * step;
+      s.taps[static_cast<std::size_t>(t)] =
+          base + static_cast<std::size_t>(first + t - row0) * step;
     }
-    vertical_row(taps.data(), rows.weights.data() + yy * static_cast<std::size_t>(rows.taps), n,
-                 out_width, s.sums.data(), s.row.data());
+    const std::int32_t* k = rows.weights.data() + yy * static_cast<std::size_t>(rows.taps);
+    if (simd) {
+      vertical_avx2(s.taps.data(), k, n, out_width, s.row.data());
+    } else {
+      vertical_row(s.taps.data(), k, n, out_width, s.sums.data(), s.row.data());
+    }
     sink(context, y, s.row.data());
   }
 }

@@ -36,14 +36,18 @@ void pillow_axis(Axis& axis, int in_size, double in0, double in1, int out_size,
 // Output pixel i is input pixel offset + i.
 void identity_axis(Axis& axis, int offset, int count);
 
-// 8-bit pixels: rows of width x channels bytes, `stride` bytes apart.
+// 8-bit pixels: rows of width x channels bytes, `stride` bytes apart; memory is readable up to
+// `end` (at least to the end of the last row; vectorised loads read a little past a row).
 struct View {
   const std::uint8_t* data = nullptr;
   std::size_t stride = 0;
   int width = 0;
   int height = 0;
   int channels = 0;
+  const std::uint8_t* end = nullptr;
 };
+// The view of an Image's pixels.
+View view_of(const Image& image) noexcept;
 
 // Receives output row `row` (columns.count x channels bytes).
 using RowSink = void (*)(void* context, int row, const std::uint8_t* pixels);

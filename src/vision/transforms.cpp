@@ -268,10 +268,6 @@ void copy_row(void* context, int row, const std::uint8_t* pixels) {
   std::copy_n(pixels, out->row_bytes(), out->row(row));
 }
 
-detail::View view_of(const Image& in) {
-  return detail::View{in.pixels.data(), in.row_bytes(), in.width, in.height, in.channels};
-}
-
 }  // namespace
 
 void resized_crop(const Image& in, Rect box, Size size, Interpolation interpolation, Image& out) {
@@ -297,7 +293,7 @@ void resized_crop(const Image& in, Rect box, Size size, Interpolation interpolat
   for (int& s : columns.start) s += box.x;
   for (int& s : rows.start) s += box.y;
   out.reset(size.width, size.height, in.channels);
-  detail::resample(view_of(in), columns, rows, copy_row, &out);
+  detail::resample(detail::view_of(in), columns, rows, copy_row, &out);
 }
 
 void resize(const Image& in, Size size, Interpolation interpolation, Image& out) {

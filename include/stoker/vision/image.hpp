@@ -67,8 +67,9 @@ struct DecodeOptions {
   int scale_denom = 1;
 };
 
-// Decoded pixels: height rows of width * channels bytes, contiguous. An Image reused for many
-// decodes keeps its buffer (no allocation once it is large enough).
+// Decoded pixels: height rows of width * channels bytes, contiguous, at the start of `pixels`
+// (which may be longer: an Image reused for many decodes keeps its buffer, and no allocation
+// happens once it is large enough).
 struct Image {
   int width = 0;
   int height = 0;
@@ -91,8 +92,9 @@ struct Image {
   std::uint8_t* row(int r) noexcept {
     return pixels.data() + static_cast<std::size_t>(r) * row_bytes();
   }
-  // Sets the size and makes pixels hold it (growing, never shrinking, the buffer); the
-  // provenance becomes "the whole source at scale 1".
+  // Sets the size and makes pixels hold it (growing, never shrinking, the buffer, with a few
+  // bytes to spare for vectorised readers); the provenance becomes "the whole source at
+  // scale 1".
   void reset(int new_width, int new_height, int new_channels);
 };
 
