@@ -35,8 +35,10 @@ std::vector<std::vector<std::uint8_t>> load(const std::string& dir, std::size_t 
   std::vector<std::string> paths;
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
     std::string ext = e.path().extension().string();
-    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-    if (e.is_regular_file() && (ext == ".jpg" || ext == ".jpeg" || ext == ".png" || ext == ".webp")) {
+    std::transform(ext.begin(), ext.end(), ext.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
+    if (e.is_regular_file() &&
+        (ext == ".jpg" || ext == ".jpeg" || ext == ".png" || ext == ".webp")) {
       paths.push_back(e.path().string());
     }
   }
@@ -101,10 +103,11 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   vision::Image image;
   std::uint64_t checksum = 0;
-  rows.push_back({"decode (full size)", median_us_per_image(files.size(), repeat, [&](std::size_t i) {
-                    vision::decode_into(files[i], {}, image);
-                    checksum += image.pixels[0];
-                  })});
+  rows.push_back(
+      {"decode (full size)", median_us_per_image(files.size(), repeat, [&](std::size_t i) {
+         vision::decode_into(files[i], {}, image);
+         checksum += image.pixels[0];
+       })});
   for (const auto& [name, pipeline] :
        {std::pair<const char*, const vision::Pipeline*>{"val", &val}, {"train", &train}}) {
     for (vision::Mode mode : {vision::Mode::kExact, vision::Mode::kFast}) {
@@ -122,9 +125,10 @@ int main(int argc, char** argv) {
     }
   }
   for (const Row& r : rows) {
-    std::printf("{\"bench\": \"vision_pipeline\", \"what\": \"%s\", \"us_per_image\": %.1f, "
-                "\"images\": %zu}\n",
-                r.name, r.us, files.size());
+    std::printf(
+        "{\"bench\": \"vision_pipeline\", \"what\": \"%s\", \"us_per_image\": %.1f, "
+        "\"images\": %zu}\n",
+        r.name, r.us, files.size());
   }
   std::printf("\n%-22s %12s %14s\n", "", "us / image", "x decode");
   for (const Row& r : rows) std::printf("%-22s %12.1f %14.2f\n", r.name, r.us, r.us / rows[0].us);

@@ -96,6 +96,7 @@ bool run_open(jpeg_decompress_struct& cinfo, ErrorManager& err, const std::uint8
     jpeg_abort_decompress(&cinfo);
     return false;
   }
+  jpeg_abort_decompress(&cinfo);  // a previous image opened but not read (read_info)
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
   jpeg_read_header(&cinfo, TRUE);
   return true;

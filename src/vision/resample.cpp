@@ -115,8 +115,8 @@ void pillow_axis(Axis& axis, int in_size, double in0, double in1, int out_size,
 }
 
 View view_of(const Image& image) noexcept {
-  return View{image.pixels.data(), image.row_bytes(), image.width, image.height, image.channels,
-              image.pixels.data() + image.pixels.size()};
+  return View{image.pixels.data(), image.row_bytes(), image.width,
+              image.height,        image.channels,    image.pixels.data() + image.pixels.size()};
 }
 
 namespace {
@@ -237,8 +237,12 @@ void resample(const View& src, const Axis& columns, const Axis& rows, RowSink si
         // The vector loads of pixel i reach byte (start + 2 pairs) * 3 + 1 of the row.
         const std::ptrdiff_t room = src.end - in;
         int n = columns.count & ~1;
-        while (n > 0 && (static_cast<std::ptrdiff_t>(columns.start[static_cast<std::size_t>(n - 1)]) +
-                         2 * s.packed.tap_pairs) * 3 + 2 > room) {
+        while (n > 0 &&
+               (static_cast<std::ptrdiff_t>(columns.start[static_cast<std::size_t>(n - 1)]) +
+                2 * s.packed.tap_pairs) *
+                           3 +
+                       2 >
+                   room) {
           n -= 2;
         }
         horizontal_rgb_avx2(in, columns.start.data(), s.packed, n, out);

@@ -25,15 +25,13 @@ bool have_avx2() noexcept {
   return yes && !g_portable.load(std::memory_order_relaxed);
 }
 
-__attribute__((target("avx2"))) void horizontal_rgb_avx2(const std::uint8_t* in,
-                                                         const int* start,
+__attribute__((target("avx2"))) void horizontal_rgb_avx2(const std::uint8_t* in, const int* start,
                                                          const PackedWeights& w, int n,
                                                          std::uint8_t* out) {
   // Bytes 0..5 of a load hold taps j, j + 1 (R G B R G B); spread them to int16
   // [R_j, R_j+1, G_j, G_j+1, B_j, B_j+1, 0, 0], the same in both 128-bit lanes.
-  const __m256i spread = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1,
-                                          -1, 0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1,
-                                          -1, -1);
+  const __m256i spread = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
+                                          0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
   const __m256i half = _mm256_set1_epi32(1 << (kWeightBits - 1));
   const int pairs = w.tap_pairs;
   const auto* weights = reinterpret_cast<const __m256i*>(w.values.data());
