@@ -58,8 +58,8 @@ namespace detail {
 
 void throw_undecodable(std::string_view source, std::string_view reason) {
   throw DecodeError(fmt::format(
-      "vision::decode: cannot decode {}: {}; the file is corrupt, truncated or not a JPEG, PNG "
-      "or WebP image (a DataLoader skips such samples with on_sample_error = kSkip)",
+      "vision::decode: cannot decode {}: {}; replace or remove it, or let a DataLoader skip such "
+      "samples (on_sample_error = kSkip)",
       source.empty() ? std::string_view("image bytes") : source, reason));
 }
 
