@@ -99,8 +99,9 @@ struct Image {
 };
 
 // Limit on width x height (pixels) decode() accepts: larger images are DecodeError, so a
-// corrupt header cannot ask for terabytes.
-inline constexpr std::int64_t kMaxPixels = std::int64_t{1} << 30;
+// corrupt header cannot ask for gigabytes. Pillow's limit (its DecompressionBombError: twice
+// Image.MAX_IMAGE_PIXELS), so what torchvision loads, stoker loads.
+inline constexpr std::int64_t kMaxPixels = 2 * std::int64_t{89478485};
 
 // Either process; does not block. JPEG uses libjpeg-turbo with Pillow's settings (ISLOW IDCT,
 // fancy upsampling), so the pixels are Pillow's; PNG uses libpng (8 and 16 bit, palette, grey,
