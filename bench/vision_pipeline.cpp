@@ -4,12 +4,17 @@
 //
 //   vision_pipeline --data DIR [--images N] [--repeat R]
 //
+// Then, for val and train, how far fast mode's pixels are from exact mode's on the same images
+// with the same random draws: mean |difference| (levels of 255), share of values identical,
+// and PSNR.
+//
 // DIR: any tree of .jpg/.jpeg/.png/.webp files (bench/compare/gen_data.py makes one). Measured:
 // decode (vision::decode, full image), val (Resize(256) -> CenterCrop(224) ->
 // RandomHorizontalFlip, uint8 CHW) and train (RandomResizedCrop(224) -> RandomHorizontalFlip),
 // each in exact and fast mode. Each figure is the median of R passes over the images.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -132,6 +137,42 @@ int main(int argc, char** argv) {
   }
   std::printf("\n%-22s %12s %14s\n", "", "us / image", "x decode");
   for (const Row& r : rows) std::printf("%-22s %12.1f %14.2f\n", r.name, r.us, r.us / rows[0].us);
+
+  // Fast against exact, the same draws (the plan is made from the header, before decoding).
+  std::printf("\n%-8s %22s %12s %10s\n", "fast vs", "mean |diff| (levels)", "identical", "PSNR");
+  for (const auto& [name, pipeline] :
+       {std::pair<const char*, const vision::Pipeline*>{"val", &val}, {"train", &train}}) {
+    vision::Pipeline exact = *pipeline;
+    vision::Pipeline fast = *pipeline;
+    fast.mode(vision::Mode::kFast);
+    double abs_sum = 0;
+    double square_sum = 0;
+    double same = 0;
+    double values = 0;
+    for (std::size_t i = 0; i < files.size(); ++i) {
+      stoker::Generator g1(i);
+      stoker::Generator g2(i);
+      const stoker::Tensor a = exact.run(files[i], g1);
+      const stoker::Tensor b = fast.run(files[i], g2);
+      const std::uint8_t* pa = a.data<std::uint8_t>();
+      const std::uint8_t* pb = b.data<std::uint8_t>();
+      for (std::size_t k = 0; k < a.numel(); ++k) {
+        const double d = static_cast<double>(pa[k]) - static_cast<double>(pb[k]);
+        abs_sum += std::abs(d);
+        square_sum += d * d;
+        same += d == 0 ? 1 : 0;
+      }
+      values += static_cast<double>(a.numel());
+    }
+    const double mse = square_sum / values;
+    const double psnr = mse == 0 ? INFINITY : 10 * std::log10(255.0 * 255.0 / mse);
+    std::printf("%-8s %22.3f %11.1f%% %8.1f dB\n", name, abs_sum / values, 100 * same / values,
+                psnr);
+    std::printf(
+        "{\"bench\": \"vision_modes\", \"pipeline\": \"%s\", \"mean_abs_diff\": %.4f, "
+        "\"identical\": %.4f, \"psnr_db\": %.2f, \"images\": %zu}\n",
+        name, abs_sum / values, same / values, psnr, files.size());
+  }
   std::fprintf(stderr, "(checksum %llu)\n", static_cast<unsigned long long>(checksum));
   return 0;
 }
