@@ -38,7 +38,8 @@ namespace vision = stoker::vision;
 
 std::vector<std::vector<std::uint8_t>> load(const std::string& dir, std::size_t limit) {
   std::vector<std::string> paths;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+  for (const auto& e : std::filesystem::recursive_directory_iterator(
+           dir, std::filesystem::directory_options::follow_directory_symlink)) {
     std::string ext = e.path().extension().string();
     std::transform(ext.begin(), ext.end(), ext.begin(),
                    [](unsigned char c) { return std::tolower(c); });
@@ -168,10 +169,12 @@ int main(int argc, char** argv) {
     const double psnr = mse == 0 ? INFINITY : 10 * std::log10(255.0 * 255.0 / mse);
     std::printf("%-8s %22.3f %11.1f%% %8.1f dB\n", name, abs_sum / values, 100 * same / values,
                 psnr);
+    // JSON has no infinity: identical outputs have a PSNR of null.
+    const std::string psnr_json = std::isinf(psnr) ? "null" : std::to_string(psnr);
     std::printf(
         "{\"bench\": \"vision_modes\", \"pipeline\": \"%s\", \"mean_abs_diff\": %.4f, "
-        "\"identical\": %.4f, \"psnr_db\": %.2f, \"images\": %zu}\n",
-        name, abs_sum / values, same / values, psnr, files.size());
+        "\"identical\": %.4f, \"psnr_db\": %s, \"images\": %zu}\n",
+        name, abs_sum / values, same / values, psnr_json.c_str(), files.size());
   }
   std::fprintf(stderr, "(checksum %llu)\n", static_cast<unsigned long long>(checksum));
   return 0;

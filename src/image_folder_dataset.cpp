@@ -66,7 +66,8 @@ ImageFolderDataset::ImageFolderDataset(const std::string& root, vision::Pipeline
   for (std::size_t label = 0; label < classes_.size(); ++label) {
     std::vector<std::string> images;
     for (const fs::directory_entry& entry :
-         fs::recursive_directory_iterator(fs::path(root) / classes_[label], ec)) {
+         fs::recursive_directory_iterator(fs::path(root) / classes_[label],
+                                          fs::directory_options::follow_directory_symlink, ec)) {
       if (entry.is_regular_file() && is_image(entry.path()))
         images.push_back(entry.path().string());
     }

@@ -131,8 +131,9 @@ def section(rows, meta, meta_end, command):
                 continue
             name = ("Resize(256), CenterCrop(224)" if r["pipeline"] == "val"
                     else "RandomResizedCrop(224)")
+            psnr = "∞ (identical)" if r["psnr_db"] is None else f"{r['psnr_db']:.1f} dB"
             doc.append(f"| {name} | {r['mean_abs_diff']:.3f} | {100 * r['identical']:.1f}% | "
-                       f"{r['psnr_db']:.1f} dB |")
+                       f"{psnr} |")
         doc.append("")
     if folder:
         doc.append("### Generated folder (256-500 px JPEGs), Resize(256) → CenterCrop(224) → "
