@@ -7,6 +7,8 @@
 #include <bit>
 #include <cstring>
 
+#include "vision/resample_simd.hpp"
+
 namespace stoker::vision::detail {
 
 std::uint16_t to_bfloat16(float v) noexcept {
@@ -124,15 +126,28 @@ void put_row(const TensorSink& sink, int row, const std::uint8_t* pixels) {
     return;
   }
   const std::size_t plane = w * static_cast<std::size_t>(at.height);
+  int done = 0;  // pixels already written (from the left of the valid part)
+  if constexpr (std::is_same_v<T, std::uint8_t>) {
+    if (have_avx2()) {
+      // Mirrored, the valid part's pixel j goes to column width - 1 - (valid.x + j): the
+      // block [width - valid.x - n, width - valid.x) reversed.
+      const std::size_t first = at.flip ? static_cast<std::size_t>(at.width - at.valid.x - n)
+                                        : static_cast<std::size_t>(at.valid.x);
+      std::uint8_t* planes[3];
+      for (std::size_t c = 0; c < 3; ++c)
+        planes[c] = base + c * plane + static_cast<std::size_t>(y) * w + first;
+      done = deinterleave_rgb_avx2(pixels, n, planes, at.flip);
+    }
+  }
   for (std::size_t c = 0; c < 3; ++c) {
     T* out = base + c * plane + static_cast<std::size_t>(y) * w;
     const std::uint8_t* in = pixels + c;
     if (at.flip) {
       T* o = out + (at.width - 1 - at.valid.x);
-      for (int j = 0; j < n; ++j) o[-j] = element<T>(table, c, in[3 * j]);
+      for (int j = done; j < n; ++j) o[-j] = element<T>(table, c, in[3 * j]);
     } else {
       T* o = out + at.valid.x;
-      for (int j = 0; j < n; ++j) o[j] = element<T>(table, c, in[3 * j]);
+      for (int j = done; j < n; ++j) o[j] = element<T>(table, c, in[3 * j]);
     }
   }
 }

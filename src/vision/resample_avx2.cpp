@@ -88,6 +88,47 @@ __attribute__((target("avx2"))) void vertical_avx2(const std::uint8_t* const* ro
   }
 }
 
+__attribute__((target("avx2"))) int deinterleave_rgb_avx2(const std::uint8_t* in, int n,
+                                                          std::uint8_t* const out[3],
+                                                          bool reverse) {
+  // For 16 pixels in 48 bytes (three loads a, b, c), channel k's byte of pixel i sits at
+  // 3 i + k: in a for 3 i + k < 16, in b below 32, in c above. A mask per (channel, load)
+  // moves those bytes to position i (or 15 - i when reversing) and zeroes the rest.
+  alignas(16) std::int8_t masks[2][3][3][16];
+  for (int rev = 0; rev < 2; ++rev) {
+    for (int k = 0; k < 3; ++k) {
+      for (int load = 0; load < 3; ++load) {
+        for (int i = 0; i < 16; ++i) {
+          const int at = 3 * i + k - 16 * load;
+          masks[rev][k][load][rev ? 15 - i : i] =
+              static_cast<std::int8_t>(at >= 0 && at < 16 ? at : -1);
+        }
+      }
+    }
+  }
+  const int r = reverse ? 1 : 0;
+  __m128i m[3][3];
+  for (int k = 0; k < 3; ++k) {
+    for (int load = 0; load < 3; ++load) {
+      m[k][load] = _mm_load_si128(reinterpret_cast<const __m128i*>(masks[r][k][load]));
+    }
+  }
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 3 * i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 3 * i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 3 * i + 32));
+    const int at = reverse ? n - 16 - i : i;
+    for (int k = 0; k < 3; ++k) {
+      const __m128i v =
+          _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, m[k][0]), _mm_shuffle_epi8(b, m[k][1])),
+                       _mm_shuffle_epi8(c, m[k][2]));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out[k] + at), v);
+    }
+  }
+  return i;
+}
+
 }  // namespace stoker::vision::detail
 
 #else
@@ -99,6 +140,7 @@ void horizontal_rgb_avx2(const std::uint8_t*, const int*, const PackedWeights&, 
                          std::uint8_t*) {}
 void vertical_avx2(const std::uint8_t* const*, const std::int32_t*, int, std::size_t,
                    std::uint8_t*) {}
+int deinterleave_rgb_avx2(const std::uint8_t*, int, std::uint8_t* const[3], bool) { return 0; }
 
 }  // namespace stoker::vision::detail
 

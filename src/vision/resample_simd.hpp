@@ -35,4 +35,9 @@ void horizontal_rgb_avx2(const std::uint8_t* in, const int* start, const PackedW
 void vertical_avx2(const std::uint8_t* const* rows, const std::int32_t* weights, int taps,
                    std::size_t width, std::uint8_t* out);
 
+// n RGB pixels into three planes (out[0] R, out[1] G, out[2] B); reversed (pixel i to
+// index n - 1 - i) when `reverse`. Returns the pixels done (a multiple of 16; the caller does
+// the rest).
+int deinterleave_rgb_avx2(const std::uint8_t* in, int n, std::uint8_t* const out[3], bool reverse);
+
 }  // namespace stoker::vision::detail

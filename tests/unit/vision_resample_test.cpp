@@ -112,3 +112,21 @@ TEST_CASE("the AVX2 passes give the portable loops' pixels", "[vision]") {
     REQUIRE(same_pixels(simd, portable));
   }
 }
+
+TEST_CASE("a pipeline's tensor is the same with the portable loops, flipped or not",
+          "[vision]") {
+  const Image in = random_image(301, 203, 3, 21);
+  for (double p : {0.0, 1.0}) {
+    for (DType dtype : {DType::kUInt8, DType::kFloat32}) {
+      const Pipeline pipeline =
+          Pipeline{Resize(150), CenterCrop(Size{120, 133}), RandomHorizontalFlip(p)}.output(dtype);
+      Generator g1(1);
+      Generator g2(1);
+      const Tensor fast = pipeline.run(in, g1);
+      detail::use_portable_loops(true);
+      const Tensor portable = pipeline.run(in, g2);
+      detail::use_portable_loops(false);
+      REQUIRE(std::equal(fast.bytes().begin(), fast.bytes().end(), portable.bytes().begin()));
+    }
+  }
+}
