@@ -103,7 +103,7 @@ TEST_CASE("a random training pipeline gives the same samples for any num_workers
   REQUIRE(epoch(ds, 2, 1).first != in_process.first);  // another epoch, other draws
 }
 
-TEST_CASE("ImageListDataset over paths and bytes; a bad entry is skipped with kSkip", "[images]") {
+TEST_CASE("ImageListDataset over paths and bytes, a bad entry skipped with kSkip", "[images]") {
   TempDir dir;
   std::vector<ImageListDataset::Entry> entries;
   for (int i = 0; i < 4; ++i) {

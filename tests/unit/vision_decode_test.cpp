@@ -38,7 +38,7 @@ TEST_CASE("sniff_format and read_info read the magic numbers and headers", "[vis
   REQUIRE(format_name(ImageFormat::kWebp) == "WebP");
 }
 
-TEST_CASE("decode gives RGB, grey and RGBA; lossless formats give the pixels back", "[vision]") {
+TEST_CASE("decode gives RGB, grey and RGBA, lossless formats give the pixels back", "[vision]") {
   const auto rgb = test::photo_pixels(33, 17, 4);
   const Image png = decode(test::encode_png(rgb, 33, 17));
   REQUIRE(png.width == 33);

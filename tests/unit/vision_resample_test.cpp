@@ -113,8 +113,7 @@ TEST_CASE("the AVX2 passes give the portable loops' pixels", "[vision]") {
   }
 }
 
-TEST_CASE("a pipeline's tensor is the same with the portable loops, flipped or not",
-          "[vision]") {
+TEST_CASE("a pipeline's tensor is the same with the portable loops, flipped or not", "[vision]") {
   const Image in = random_image(301, 203, 3, 21);
   for (double p : {0.0, 1.0}) {
     for (DType dtype : {DType::kUInt8, DType::kFloat32}) {

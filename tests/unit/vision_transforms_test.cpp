@@ -27,7 +27,7 @@ TEST_CASE("Resize sizes as torchvision: floor of size * long / short, max_size",
   REQUIRE_THROWS_WITH(Resize(256, Interpolation::kBilinear, 200), Contains("max_size is 200"));
 }
 
-TEST_CASE("CenterCrop offsets round half to even; larger crops pad as torchvision", "[vision]") {
+TEST_CASE("CenterCrop offsets round half to even, larger crops pad as torchvision", "[vision]") {
   REQUIRE(CenterCrop(224).box({257, 257}) == Rect{16, 16, 224, 224});  // 16.5 -> 16
   REQUIRE(CenterCrop(224).box({259, 259}) == Rect{18, 18, 224, 224});  // 17.5 -> 18
   REQUIRE(CenterCrop(224).box({256, 341}) == Rect{58, 16, 224, 224});  // 58.5 -> 58
