@@ -72,9 +72,9 @@ ImageFolderDataset::ImageFolderDataset(const std::string& root, vision::Pipeline
         images.push_back(entry.path().string());
     }
     if (images.empty()) {
-      throw Error(
-          fmt::format("ImageFolderDataset: class '{}' ({}/{}) has no .jpg, .jpeg, .png or .webp file",
-                      classes_[label], root, classes_[label]));
+      throw Error(fmt::format(
+          "ImageFolderDataset: class '{}' ({}/{}) has no .jpg, .jpeg, .png or .webp file",
+          classes_[label], root, classes_[label]));
     }
     std::sort(images.begin(), images.end());
     for (std::string& path : images) files_.emplace_back(std::move(path), label);
