@@ -2,6 +2,20 @@
 // batches are loaded by `num_workers` fork()ed worker processes straight into shared-memory
 // slots and handed to the consumer, in order, as zero-copy Batch views. The template is thin;
 // the engine is detail::LoaderCore.
+//
+// Threads: a DataLoader and its iterators are used by one thread at a time. Calls may come from
+// different threads one after another (build the loader on one thread and iterate it on
+// another, hand an iterator to another thread between batches, read stats() from a monitoring
+// thread between batches): each call sees everything the calls before it did. A call made while
+// another thread is inside a call of the same loader or of one of its iterators (begin(), a
+// fetch, operator*, stats(), state(), load_state(), memory_estimate(), num_workers(), size(),
+// set_epoch(), epoch(), worker_pids()) raises std::logic_error at once, naming the rule and
+// both threads; the call in progress is not disturbed. To share a loader, serialise the calls
+// (a mutex around each); for parallel streams, give each thread a loader of its own.
+// options() and dataset() are outside the rule (the options never change; the dataset is
+// yours). Batches, and the tensors and DLPack exports taken from them, may be released on any
+// thread at any time. An iterator destroyed while another thread is inside a call leaves its
+// epoch to be ended by the loader's next call.
 #pragma once
 
 #include <algorithm>
@@ -140,8 +154,8 @@ class DataLoader {
     return core_->num_batches();
   }
   // The epoch the next begin() runs; its shuffle order depends only on (seed, epoch).
-  void set_epoch(std::uint64_t epoch) noexcept { core_->set_epoch(epoch); }
-  std::uint64_t epoch() const noexcept { return core_->epoch(); }
+  void set_epoch(std::uint64_t epoch) { core_->set_epoch(epoch); }
+  std::uint64_t epoch() const { return core_->epoch(); }
   // The options as given: the loader never edits them (num_workers stays kAuto).
   const LoaderOptions& options() const noexcept { return core_->options(); }
   // The worker processes this loader runs: options().num_workers, or what kAuto chose (main

@@ -1,5 +1,5 @@
-// The worker process's side: what a freshly forked worker sets up (worker info, lifeline,
-// parent-death signal, signal dispositions, CPU binding, worker_init), then its serve loop: pop a
+// The worker process's side: what a freshly forked worker sets up (worker info, signal
+// dispositions, lifeline, CPU binding, worker_init), then its serve loop: pop a
 // task, load the batch into its slot, push the result, ring the main doorbell; sleep on its own
 // doorbell when idle; _exit() on a stop message or when the main process is gone.
 #include "ipc/worker_loop.hpp"
@@ -23,12 +23,6 @@ namespace {
 
 // How long an idle worker polls its task queue before it sleeps on its doorbell.
 constexpr std::chrono::microseconds kWorkerSpin{20};
-
-// The worker is killed by SIGIO (whose default action terminates) when the main process's end
-// of its lifeline closes, even while it is busy inside get(). A second path beside
-// PR_SET_PDEATHSIG, which fires when the forking *thread* exits and is therefore only armed for
-// workers forked from the main thread.
-void arm_lifeline(int fd) noexcept { (void)posix::signal_on_io(fd); }
 
 [[noreturn]] void exit_with_fatal(Channel& channel, const char* where) noexcept {
   const CaughtException caught = describe_current_exception();
@@ -79,15 +73,12 @@ void reset_signals_in_child() noexcept {
   posix::unblock_all_signals();
 }
 
-void worker_main(const WorkerLaunch& launch, pid_t parent, bool forked_from_main_thread) noexcept {
+void worker_main(const WorkerLaunch& launch, pid_t parent) noexcept {
   reset_buffer_cache_after_fork();
   set_worker_info(WorkerInfo{launch.id, launch.num_workers, launch.seed, posix::self_pid()});
-  close_lifelines_in_child();
-  if (forked_from_main_thread) (void)posix::set_parent_death_signal(SIGKILL);
-  if (posix::parent_pid() != parent)
-    ::_exit(0);  // the parent died before PR_SET_PDEATHSIG took hold
-  arm_lifeline(launch.lifeline_read);
-  reset_signals_in_child();
+  close_lifelines_in_child(launch.lifeline_write);
+  reset_signals_in_child();  // SIGIO's default action must be in place before the lifeline
+  watch_lifeline_in_child(launch.lifeline_read, parent);
   if (launch.cpus != nullptr && !launch.cpus->empty()) {
     (void)posix::bind_to_cpus(*launch.cpus);  // best effort: a cpuset may forbid it
   }

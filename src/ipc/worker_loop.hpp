@@ -9,8 +9,7 @@
 namespace stoker::detail {
 
 // In a freshly forked worker: never returns; the worker leaves with _exit().
-[[noreturn]] void worker_main(const WorkerLaunch& launch, pid_t parent,
-                              bool forked_from_main_thread) noexcept;
+[[noreturn]] void worker_main(const WorkerLaunch& launch, pid_t parent) noexcept;
 
 // In a forked child: default dispositions for the signals a crash or a stop sends (whatever
 // handlers the parent installed), SIGINT ignored (the main process decides), nothing blocked.

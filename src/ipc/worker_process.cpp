@@ -48,20 +48,22 @@ std::uint64_t own_private_bytes() noexcept {
   }
 }
 
-// The lifeline write ends of every live worker of every loader in this process. A new worker
-// closes all of them, so that only the main process holds each lifeline open and its death
-// (even by SIGKILL) closes them. Entries hold fd + 1; 0 is free. Lock-free, because the child
-// reads it right after fork(), when another thread of the parent may have been mid-update.
+// The lifeline write ends of every live worker and probe of every loader in this process. A
+// new child closes all of them, so that only the main process holds each lifeline open and its
+// death (even by SIGKILL) closes them. Entries hold fd + 1; 0 is free. Lock-free, because the
+// child reads it right after fork(), when another thread of the parent may have been
+// mid-update.
 constexpr std::size_t kMaxLifelines = 4096;
 std::array<std::atomic<int>, kMaxLifelines> g_lifelines{};
 
-void register_lifeline(int fd) noexcept {
+// False when the registry is full: the child then closes its own write end itself, but
+// siblings forked later keep it open, so that child outlives the main process until they exit.
+bool register_lifeline(int fd) noexcept {
   for (std::atomic<int>& entry : g_lifelines) {
     int expected = 0;
-    if (entry.compare_exchange_strong(expected, fd + 1, std::memory_order_relaxed)) return;
+    if (entry.compare_exchange_strong(expected, fd + 1, std::memory_order_relaxed)) return true;
   }
-  // Full: this worker's siblings will keep its lifeline open, and parent death then reaches it
-  // through PR_SET_PDEATHSIG only. Harmless otherwise.
+  return false;
 }
 
 void unregister_lifeline(int fd) noexcept {
@@ -73,11 +75,21 @@ void unregister_lifeline(int fd) noexcept {
 
 }  // namespace
 
-void close_lifelines_in_child() noexcept {
+void close_lifelines_in_child(int own_write) noexcept {
   for (std::atomic<int>& entry : g_lifelines) {
     const int value = entry.exchange(0, std::memory_order_relaxed);
     if (value > 0) posix::close_fd(value - 1);
   }
+  if (own_write >= 0) posix::close_fd(own_write);
+}
+
+void watch_lifeline_in_child(int lifeline_read, pid_t parent) noexcept {
+  (void)posix::signal_on_io(lifeline_read);
+  // Armed first, checked second: a parent that dies after this check closes the write end
+  // while O_ASYNC is set, so the SIGIO comes; one that died before it is seen here.
+  if (posix::parent_pid() != parent) ::_exit(0);
+  pollfd fd{lifeline_read, POLLIN, 0};
+  if (posix::poll_fds(&fd, 1, 0) > 0 && fd.revents != 0) ::_exit(0);  // only a hang-up
 }
 
 WorkerProcess WorkerProcess::spawn(const WorkerLaunch& launch_in) {
@@ -93,13 +105,12 @@ WorkerProcess WorkerProcess::spawn(const WorkerLaunch& launch_in) {
   posix::Fd write_end(ends[1]);
   WorkerLaunch launch = launch_in;
   launch.lifeline_read = read_end.get();
-  register_lifeline(write_end.get());
+  if (!register_lifeline(write_end.get())) launch.lifeline_write = write_end.get();
 
   const pid_t parent = posix::self_pid();
-  const bool main_thread = posix::self_tid() == parent;
   std::fflush(nullptr);  // or the child would inherit, and might flush, buffered output
   const pid_t pid = posix::fork_process();
-  if (pid == 0) worker_main(launch, parent, main_thread);
+  if (pid == 0) worker_main(launch, parent);
   if (pid < 0) {
     const int err = errno;
     unregister_lifeline(write_end.get());
@@ -236,18 +247,27 @@ ProbeResult run_probe_in_child(
     std::size_t num_workers, std::chrono::milliseconds timeout) noexcept {
   ProbeResult result;
   int ends[2];
+  int life[2];
   if (posix::make_pipe(ends) != 0) return result;
   posix::Fd read_end(ends[0]);
   posix::Fd write_end(ends[1]);
+  if (posix::make_pipe(life) != 0) return result;
+  posix::Fd lifeline_read(life[0]);
+  posix::Fd lifeline(life[1]);
+  const bool registered = register_lifeline(lifeline.get());
+  const pid_t parent = posix::self_pid();
   std::fflush(nullptr);
   const pid_t pid = posix::fork_process();
-  if (pid < 0) return result;
+  if (pid < 0) {
+    if (registered) unregister_lifeline(lifeline.get());
+    return result;
+  }
   if (pid == 0) {
     reset_buffer_cache_after_fork();
     set_worker_info(WorkerInfo{0, std::max<std::size_t>(num_workers, 1), 0, posix::self_pid()});
-    close_lifelines_in_child();
-    (void)posix::set_parent_death_signal(SIGKILL);
+    close_lifelines_in_child(registered ? -1 : lifeline.get());
     reset_signals_in_child();  // a crash in get() ends the probe, not the program's crash handler
+    watch_lifeline_in_child(lifeline_read.get(), parent);
     // One record per sample, then an end marker: whatever arrived before a hang or a crash
     // still counts.
     const int out = write_end.get();
@@ -296,6 +316,7 @@ ProbeResult run_probe_in_child(
   if (!result.complete) posix::send_signal(pid, SIGKILL);
   int status = 0;
   posix::wait_pid(pid, &status, 0);
+  if (registered) unregister_lifeline(lifeline.get());
   return result;
 }
 

@@ -26,9 +26,23 @@ inline constexpr int kExitFatalReported = 121;
 
 void set_worker_info(const WorkerInfo& info) noexcept;
 
-// In a forked child: closes the lifeline write ends of every other worker of every loader in
-// this process, so that only the main process holds each one open.
-void close_lifelines_in_child() noexcept;
+// A lifeline is a pipe per child (worker or size probe): the main process holds the write end,
+// the child the read end. The write end closes only when the main process is gone, all of its
+// threads (exit, exec, any signal, SIGKILL included); the kernel then sends SIGIO to the
+// reader, whose default action ends the child even inside get(). This is the only way a child
+// learns of its parent's death: PR_SET_PDEATHSIG fires when the forking *thread* exits, which
+// a process that goes on (pthread_exit from main, a thread pool's thread forking) must survive.
+
+// In a forked child: closes the lifeline write ends of every worker and probe of every loader
+// in this process, so that only the main process holds each one open; also `own_write` (>= 0)
+// when it is this child's own write end and the registry had no room for it.
+void close_lifelines_in_child(int own_write = -1) noexcept;
+
+// In a forked child, after reset_signals_in_child(): asks for SIGIO when the lifeline's write
+// end closes, then _exit(0)s at once if the parent already died (the SIGIO would never come):
+// getppid() no longer `parent` (a dead process's children go to a reaper; a dead thread's to
+// another thread of its process, which keeps the pid), or the lifeline already hung up.
+void watch_lifeline_in_child(int lifeline_read, pid_t parent) noexcept;
 
 // Everything a new worker needs; it all lives in the main process's memory, which the child
 // inherits at the same addresses.
@@ -38,9 +52,10 @@ struct WorkerLaunch {
   std::size_t num_workers = 0;
   std::uint64_t seed = 0;
   const Ring* ring = nullptr;
-  int task_eventfd = -1;   // the worker sleeps on it
-  int main_eventfd = -1;   // the worker rings it after publishing a result
-  int lifeline_read = -1;  // read end of this worker's lifeline pipe
+  int task_eventfd = -1;    // the worker sleeps on it
+  int main_eventfd = -1;    // the worker rings it after publishing a result
+  int lifeline_read = -1;   // read end of this worker's lifeline pipe
+  int lifeline_write = -1;  // its write end, when the registry had no room (the child closes it)
   const ProduceFn* produce = nullptr;
   bool skip_samples = false;               // OnSampleError::kSkip
   bool collect_stats = true;               // time batches stage by stage now and then

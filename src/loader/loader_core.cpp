@@ -1,6 +1,7 @@
 // LoaderCore::Impl, the epoch: construction (and the options that do not apply to an iterable
 // dataset), the ring made at the first epoch, begin / abandon / fail of an epoch, and the public
-// LoaderCore calls (state, load_state, memory_estimate, worker_pids). See loader_impl.hpp.
+// LoaderCore calls (state, load_state, memory_estimate, worker_pids), each keeping the thread
+// rule (thread_rule.hpp) through LoaderCore::Call. See loader_impl.hpp.
 
 #include "loader/loader_impl.hpp"
 
@@ -152,24 +153,51 @@ LoaderCore::LoaderCore(LoaderOptions options, std::function<std::size_t()> datas
 
 LoaderCore::~LoaderCore() = default;
 
+LoaderCore::Call::Call(const LoaderCore& core, const char* name) : impl_(*core.impl_) {
+  impl_.rule.enter(name);
+  if (!impl_.rule.outermost()) return;
+  const std::uint64_t finished = impl_.rule.take_deferred_finish();
+  if (finished != 0 && impl_.current && impl_.current->id == finished) impl_.abandon_current();
+}
+
+LoaderCore::Call::~Call() { impl_.rule.leave(); }
+
+// options() takes no part in the thread rule: the options never change after construction.
 const LoaderOptions& LoaderCore::options() const noexcept { return impl_->options; }
 
-std::size_t LoaderCore::num_workers() { return impl_->resolved().num_workers; }
+std::size_t LoaderCore::num_workers() {
+  const Call call(*this, "DataLoader::num_workers");
+  return impl_->resolved().num_workers;
+}
 
-std::size_t LoaderCore::num_batches() const { return impl_->next_num_batches(); }
+std::size_t LoaderCore::num_batches() const {
+  const Call call(*this, "DataLoader::size");
+  return impl_->next_num_batches();
+}
 
-void LoaderCore::set_epoch(std::uint64_t epoch) noexcept { impl_->next_epoch = epoch; }
+void LoaderCore::set_epoch(std::uint64_t epoch) {
+  const Call call(*this, "DataLoader::set_epoch");
+  impl_->next_epoch = epoch;
+}
 
-std::uint64_t LoaderCore::epoch() const noexcept { return impl_->next_epoch; }
+std::uint64_t LoaderCore::epoch() const {
+  const Call call(*this, "DataLoader::epoch");
+  return impl_->next_epoch;
+}
 
 BatchIterator LoaderCore::begin() {
+  const Call call(*this, "DataLoader::begin");
   impl_->begin_epoch();
   return BatchIterator(this, impl_->current->id);
 }
 
-LoaderStats LoaderCore::stats() const { return impl_->public_stats(); }
+LoaderStats LoaderCore::stats() const {
+  const Call call(*this, "DataLoader::stats");
+  return impl_->public_stats();
+}
 
 std::string LoaderCore::state() const {
+  const Call call(*this, "DataLoader::state");
   Impl& m = *impl_;
   if (m.iterable) {
     throw std::logic_error(
@@ -188,6 +216,7 @@ std::string LoaderCore::state() const {
 }
 
 void LoaderCore::load_state(std::string_view text) {
+  const Call call(*this, "DataLoader::load_state");
   Impl& m = *impl_;
   if (m.iterable) {
     throw std::logic_error(
@@ -208,9 +237,13 @@ void LoaderCore::load_state(std::string_view text) {
   m.resume = std::move(r);
 }
 
-MemoryEstimate LoaderCore::memory_estimate() { return impl_->preflight.estimate(); }
+MemoryEstimate LoaderCore::memory_estimate() {
+  const Call call(*this, "DataLoader::memory_estimate");
+  return impl_->preflight.estimate();
+}
 
 std::vector<pid_t> LoaderCore::worker_pids() const {
+  const Call call(*this, "DataLoader::worker_pids");
   std::vector<pid_t> pids;
   if (!impl_->shared) return pids;
   for (const pid_t pid : impl_->pool.pids_by_worker()) {
@@ -220,13 +253,23 @@ std::vector<pid_t> LoaderCore::worker_pids() const {
 }
 
 std::optional<Batch> LoaderCore::next(std::uint64_t generation) {
+  const Call call(*this, "BatchIterator (fetching a batch)");
   Impl& m = *impl_;
   if (!m.current || m.current->id != generation) return std::nullopt;
   return m.next_batch();
 }
 
 void LoaderCore::finish(std::uint64_t generation) noexcept {
-  if (impl_->current && impl_->current->id == generation) impl_->abandon_current();
+  Impl& m = *impl_;
+  if (!m.rule.try_enter("BatchIterator::~BatchIterator")) {
+    // An iterator destroyed on one thread while another is inside a call of this loader: its
+    // epoch cannot be ended under that call. The next call ends it (LoaderCore::Call); until
+    // then its workers go on loading into their slots, which is harmless.
+    m.rule.defer_finish(generation);
+    return;
+  }
+  if (m.current && m.current->id == generation) m.abandon_current();
+  m.rule.leave();
 }
 
 }  // namespace stoker::detail

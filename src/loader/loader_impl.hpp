@@ -17,7 +17,8 @@
 //   dispatch.cpp     which batch goes to which worker, recycling, in-process loading, results
 //   delivery.cpp     the fetch loop, delivery of a ready slot, skipped samples, waiting, stats
 //   recovery.cpp     a worker's death (respawn or raise), timeouts, batches held too long
-// Main process only, single-threaded.
+// Main process only; one thread at a time (ThreadRule, kept by LoaderCore::Call at every public
+// call), which may be a different thread from one call to the next.
 #pragma once
 
 #include <chrono>
@@ -40,6 +41,7 @@
 #include "loader/ring_lease.hpp"
 #include "loader/slot_table.hpp"
 #include "loader/stats_collector.hpp"
+#include "loader/thread_rule.hpp"
 #include "loader/worker_pool.hpp"
 #include "stoker/data_loader.hpp"
 
@@ -85,6 +87,7 @@ struct LoaderCore::Impl {
   StagePolicy inline_stages;      // num_workers == 0: which batches to time stage by stage
   BatchPinning pinning;
   Clock::time_point last_health_log{};
+  ThreadRule rule;  // one thread at a time inside the public calls (LoaderCore::Call)
 
   Impl(LoaderOptions o, std::function<std::size_t()> size, ProduceFn p, DatasetProbe dp);
 

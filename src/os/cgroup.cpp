@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "os/posix.hpp"
+#include "os/proc.hpp"
 
 namespace stoker::detail {
 namespace {
@@ -47,7 +48,7 @@ struct CgroupLine {
 std::vector<CgroupLine> read_cgroup_lines(const std::string& root) {
   std::vector<CgroupLine> lines;
   std::string text;
-  if (!posix::read_file((root + "/proc/self/cgroup").c_str(), text)) return lines;
+  if (!read_own_proc_file("cgroup", text, root)) return lines;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
     // "hierarchy-id:controller-list:path"

@@ -1,4 +1,5 @@
-// Where this process's memory cgroup lives, and what it counts. Reads /proc/self/cgroup and
+// Where this process's memory cgroup lives, and what it counts. Reads this process's cgroup
+// file (/proc/thread-self/cgroup, so it survives the main thread's exit; proc.hpp) and
 // the cgroup filesystem (v2, v1, or the hybrid layout with v2 under /sys/fs/cgroup/unified).
 // Every reader takes a root prefix so tests can point it at a fake /proc and /sys tree.
 #pragma once

@@ -278,10 +278,6 @@ void unblock_all_signals() noexcept {
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
 }
 
-int set_parent_death_signal(int signal) noexcept {
-  return ::prctl(PR_SET_PDEATHSIG, static_cast<unsigned long>(signal));
-}
-
 int signal_on_io(int fd) noexcept {
   if (::fcntl(fd, F_SETOWN, ::getpid()) != 0) return -1;
   const int flags = ::fcntl(fd, F_GETFL);
@@ -299,7 +295,6 @@ int bind_to_cpus(const std::vector<int>& cpus) noexcept {
 }
 
 pid_t self_pid() noexcept { return ::getpid(); }
-pid_t self_tid() noexcept { return ::gettid(); }
 pid_t parent_pid() noexcept { return ::getppid(); }
 
 std::vector<std::string> list_directory(const char* path) {

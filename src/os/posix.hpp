@@ -123,15 +123,12 @@ int send_signal(pid_t pid, int signal) noexcept;
 void default_signal(int signal) noexcept;
 void ignore_signal(int signal) noexcept;
 void unblock_all_signals() noexcept;
-// prctl(PR_SET_PDEATHSIG): `signal` when the thread that forked this process exits.
-int set_parent_death_signal(int signal) noexcept;
 // SIGIO to this process when fd becomes readable or its other end closes (F_SETOWN, O_ASYNC).
 int signal_on_io(int fd) noexcept;
 // Runs this process only on `cpus` (best effort: a cpuset may forbid it).
 int bind_to_cpus(const std::vector<int>& cpus) noexcept;
 
 pid_t self_pid() noexcept;
-pid_t self_tid() noexcept;
 pid_t parent_pid() noexcept;
 
 // The names in a directory, without "." and ".."; empty when it cannot be read.

@@ -13,8 +13,10 @@
 namespace stoker::detail {
 namespace {
 
-std::string proc_file(pid_t pid, std::string_view leaf) {
-  return pid == 0 ? fmt::format("/proc/self/{}", leaf) : fmt::format("/proc/{}/{}", pid, leaf);
+// Process `pid`'s file `leaf`; 0: this process's (read_own_proc_file).
+bool read_proc_file(pid_t pid, std::string_view leaf, std::string& text) {
+  if (pid == 0) return read_own_proc_file(leaf, text);
+  return posix::read_file(fmt::format("/proc/{}/{}", pid, leaf).c_str(), text);
 }
 
 // The unsigned number at the start of `text` (after blanks); nullopt when there is none.
@@ -28,6 +30,11 @@ std::optional<std::uint64_t> leading_number(std::string_view text) {
 }
 
 }  // namespace
+
+bool read_own_proc_file(std::string_view leaf, std::string& text, const std::string& root) {
+  return posix::read_file(fmt::format("{}/proc/thread-self/{}", root, leaf).c_str(), text) ||
+         posix::read_file(fmt::format("{}/proc/self/{}", root, leaf).c_str(), text);
+}
 
 std::optional<std::uint64_t> parse_kb_field(std::string_view text, std::string_view key) {
   for (std::size_t at = text.find(key); at != std::string_view::npos; at = text.find(key, at + 1)) {
@@ -49,7 +56,7 @@ std::optional<ProcessMemory> parse_process_memory(std::string_view text) {
 
 std::optional<ProcessMemory> read_process_memory(pid_t pid) {
   std::string text;
-  if (!posix::read_file(proc_file(pid, "smaps_rollup").c_str(), text)) return std::nullopt;
+  if (!read_proc_file(pid, "smaps_rollup", text)) return std::nullopt;
   return parse_process_memory(text);
 }
 
@@ -90,7 +97,7 @@ std::optional<std::uint64_t> read_meminfo(std::string_view key, const std::strin
 std::size_t count_threads(pid_t pid) noexcept {
   try {
     std::string text;
-    if (!posix::read_file(proc_file(pid, "stat").c_str(), text)) return 0;
+    if (!read_proc_file(pid, "stat", text)) return 0;
     const std::size_t close = text.rfind(')');
     if (close == std::string::npos) return 0;
     // Fields after "(comm)": state is field 3, num_threads is field 20.

@@ -1,4 +1,5 @@
-// The one module that reads /proc: a process's memory (smaps_rollup), the machine's CPU time
+// The one module that reads /proc: this process's own files (through /proc/thread-self), a
+// process's memory (smaps_rollup), the machine's CPU time
 // (/proc/stat), /proc/meminfo values, a process's thread count, and a process tree (each
 // thread's `children`). Used by the library and by stoker-tune. The parse_* functions take the
 // text (for tests); the read_* functions read the file and never throw for a missing or
@@ -15,6 +16,14 @@
 #include <vector>
 
 namespace stoker::detail {
+
+// This process's own /proc file `leaf` ("cgroup", "smaps_rollup"...), whole, under `root` (""
+// for this machine; a fake tree in tests). Read through /proc/thread-self/, which is the calling
+// thread's and so stays whole after the main thread has exited while the process goes on
+// (pthread_exit from main): /proc/self/ then describes the zombie leader, whose smaps_rollup
+// cannot be read and whose cgroup reads "/". /proc/self/ where thread-self does not exist
+// (kernels before 3.17, fake trees). False when neither can be read.
+bool read_own_proc_file(std::string_view leaf, std::string& text, const std::string& root = "");
 
 // A process's memory from /proc/<pid>/smaps_rollup.
 struct ProcessMemory {

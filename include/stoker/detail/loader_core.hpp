@@ -85,12 +85,15 @@ class LoaderCore {
   LoaderCore(const LoaderCore&) = delete;
   LoaderCore& operator=(const LoaderCore&) = delete;
 
+  // Every call below but options() keeps the thread rule (data_loader.hpp): it throws
+  // std::logic_error when another thread is inside a call of this loader or its iterators
+  // (finish() never throws: it leaves the epoch to the next call instead).
   const LoaderOptions& options() const noexcept;
   // The worker count the loader runs (kAuto resolved, at the first call if needed).
   std::size_t num_workers();
   std::size_t num_batches() const;
-  void set_epoch(std::uint64_t epoch) noexcept;
-  std::uint64_t epoch() const noexcept;
+  void set_epoch(std::uint64_t epoch);
+  std::uint64_t epoch() const;
   // Starts an epoch (ending any previous one) and returns its iterator. May fork workers.
   BatchIterator begin();
   // Live worker processes, in worker-id order; empty when none are running.
@@ -105,6 +108,20 @@ class LoaderCore {
   void finish(std::uint64_t generation) noexcept;
 
   struct Impl;
+
+  // The thread rule for one BatchIterator call, held for its scope, so that the iterator's own
+  // members are guarded as well as the loader's. Throws std::logic_error when another thread
+  // is inside a call of this loader.
+  class Call {
+   public:
+    Call(const LoaderCore& core, const char* name);
+    ~Call();
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+
+   private:
+    Impl& impl_;
+  };
 
  private:
   std::unique_ptr<Impl> impl_;
