@@ -1,19 +1,36 @@
-// memory_estimate: the loader's memory estimate beside the measured peak, for the workload the
-// memory guide uses: 150 KB samples (uint8[150000] and an int64 label), batch 64, a consumer that
-// holds each batch for 1 ms, num_workers 0, 1, 2 and 4. The peak is the highest sum of the PSS
-// of the main process and its workers (shared ring pages are split between the processes that
-// map them, so the sum counts them once), sampled every 2 ms over epochs 2 and 3 (and at the
-// end of epoch 1, which forks the persistent workers before the sampling thread starts).
+// memory_estimate: the loader's memory estimate against the measured peak, run after run. Each
+// run is a fresh process (forked from this one, which stays out of the measurement): it builds
+// a loader, takes loader.memory_estimate() just before its first epoch, runs the epochs with a
+// consumer that holds each batch for 1 ms, and exits. Meanwhile this process samples the PSS of
+// the run's whole process tree (main process, workers, the size probe) about every 0.5 ms:
+// shared pages (the ring, pages still shared copy-on-write) are split between the processes
+// that map them, so the sum counts each page once. The peak of that sum is compared with the
+// estimate's total. Workloads:
 //
-//   build/release/bench/memory_estimate [--workers 0,1,2,4] [--epochs 3]
+//   image   uint8[3,224,224] + int64 label, batch 64 (stoker-bench's synthetic image)
+//   tiny    float32[64] + int64 label, batch 256 (stoker-bench's tiny), 40 batches an epoch
+//   folder  ImageFolderDataset (Resize 256, CenterCrop 224, uint8 CHW) over generated JPEGs of
+//           256-500 px a side (or --image-folder DIR), batch 64
+//
+// and prints, per workload and num_workers, the distribution of measured / estimate over the
+// runs (min, median, worst), then one JSON line per run.
+//
+//   build/release/bench/memory_estimate [--runs 20] [--workers 0,1,2,4] [--epochs 3]
+//       [--workloads image,tiny,folder] [--persistent 1] [--image-folder DIR] [--detail]
+//
+// --detail adds, per configuration, the worst run's breakdown at its peak beside the
+// estimate's parts.
+#include <poll.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -21,108 +38,381 @@
 
 #include <fmt/format.h>
 
+#include "../tools/bench_workloads.hpp"
+#include "os/posix.hpp"
 #include "os/proc.hpp"
 #include "stoker/stoker.hpp"
+#if STOKER_BENCH_IMAGES
+#include "support/images.hpp"
+#endif
 
 namespace {
 
-struct Sample150k {
-  std::size_t n = 64 * 30;
-  std::size_t size() const { return n; }
-  stoker::Sample get(std::size_t i) const {
-    stoker::Tensor x = stoker::Tensor::empty(stoker::DType::kUInt8, {150'000});
-    std::memset(x.raw_data(), static_cast<int>(i % 251), x.nbytes());
-    stoker::Sample s;
-    s.set("data", std::move(x));
-    s.set("label", stoker::Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(i % 10)));
-    return s;
-  }
-};
-
-// This process's PSS plus its children's (the workers, forked by the main thread).
-std::uint64_t tree_pss() {
-  std::uint64_t total = 0;
-  if (const auto m = stoker::detail::read_process_memory(0)) total += m->pss_bytes;
-  std::string children;
-  std::FILE* f = std::fopen(fmt::format("/proc/self/task/{}/children", ::getpid()).c_str(), "r");
-  if (f != nullptr) {
-    char buf[4096];
-    const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = '\0';
-    children = buf;
-    std::fclose(f);
-  }
-  std::istringstream in(children);
-  for (pid_t pid = 0; in >> pid;) {
-    if (const auto m = stoker::detail::read_process_memory(pid)) total += m->pss_bytes;
-  }
-  return total;
-}
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
 
 double mib(std::uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+struct Config {
+  std::string workload;
+  int workers = 0;
+  bool persistent = true;
+  int epochs = 3;
+  std::string image_folder;
+  std::size_t tiny_samples = 256 * 40;
+};
+
+// What a run's process sends before its first epoch.
+
+// One process of the tree, as smaps_rollup says.
+struct Usage {
+  std::uint64_t pss = 0;
+  std::uint64_t anon = 0;
+  std::uint64_t file = 0;
+  std::uint64_t shmem = 0;
+  std::uint64_t private_dirty = 0;
+};
+
+// What a run's process sends before its first epoch, and again after its last.
+struct Reported {
+  stoker::MemoryEstimate estimate;
+  Usage main_at_estimate;     // the run's process when it took the estimate
+  std::uint64_t samples = 0;  // delivered (in the second record)
+};
+
+Usage usage_of(pid_t pid) {
+  Usage u;
+  std::string text;
+  if (!stoker::detail::posix::read_file(fmt::format("/proc/{}/smaps_rollup", pid).c_str(), text)) {
+    return u;
+  }
+  using stoker::detail::parse_kb_field;
+  u.pss = parse_kb_field(text, "Pss").value_or(0);
+  u.anon = parse_kb_field(text, "Pss_Anon").value_or(0);
+  u.file = parse_kb_field(text, "Pss_File").value_or(0);
+  u.shmem = parse_kb_field(text, "Pss_Shmem").value_or(0);
+  u.private_dirty = parse_kb_field(text, "Private_Dirty").value_or(0);
+  return u;
+}
+
+// The tree's sum, and the main process's part of it, at one moment.
+struct TreeSample {
+  std::uint64_t total = 0;      // anonymous + shared memory: what the estimate bounds
+  std::uint64_t total_pss = 0;  // with the file-backed pages (code, libraries) too
+  Usage main;
+  Usage others;  // workers and probe, summed
+  std::size_t processes = 0;
+};
+
+TreeSample sample_tree(pid_t root) {
+  TreeSample s;
+  for (const pid_t pid : stoker::detail::process_tree(root)) {
+    const Usage u = usage_of(pid);
+    if (u.pss == 0) continue;  // gone meanwhile
+    s.total += u.anon + u.shmem;
+    s.total_pss += u.pss;
+    ++s.processes;
+    Usage& part = pid == root ? s.main : s.others;
+    part.pss += u.pss;
+    part.anon += u.anon;
+    part.file += u.file;
+    part.shmem += u.shmem;
+    part.private_dirty += u.private_dirty;
+  }
+  return s;
+}
+
+template <class D>
+void run_loader(D dataset, std::size_t batch_size, const Config& c, int out) {
+  stoker::LoaderOptions opt;
+  opt.batch_size = batch_size;
+  opt.num_workers = c.workers;
+  opt.persistent_workers = c.persistent && c.workers > 0;
+  stoker::DataLoader loader(std::move(dataset), opt);
+  Reported r;
+  r.estimate = loader.memory_estimate();
+  r.main_at_estimate = usage_of(::getpid());
+  if (stoker::detail::posix::write_all(out, &r, sizeof r) != 0) ::_exit(1);
+  for (int epoch = 0; epoch < c.epochs; ++epoch) {
+    for (const stoker::Batch& batch : loader) {
+      r.samples += batch.size();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the "training step"
+    }
+  }
+  if (stoker::detail::posix::write_all(out, &r, sizeof r) != 0) ::_exit(1);
+}
+
+// In the run's process (this program again, with --run).
+[[noreturn]] void run_child(const Config& c, int out) {
+  try {
+    if (c.workload == "image") {
+      run_loader(stoker::bench::ImageDataset{}, 64, c, out);
+    } else if (c.workload == "tiny") {
+      run_loader(stoker::bench::TinyDataset{c.tiny_samples}, 256, c, out);
+    } else {
+      run_loader(stoker::ImageFolderDataset(c.image_folder), 64, c, out);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "memory_estimate: run failed: %s\n", e.what());
+    ::_exit(1);
+  }
+  ::_exit(0);
+}
+
+struct RunResult {
+  bool ok = false;
+  Reported reported;
+  TreeSample peak;             // at the peak of anonymous + shared memory
+  std::uint64_t peak_pss = 0;  // the peak of the whole PSS, file-backed pages included
+};
+
+RunResult measure(const Config& c) {
+  RunResult result;
+  int ends[2];
+  if (::pipe(ends) != 0) return result;
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) return result;
+  if (pid == 0) {
+    // A fresh program, not a fork of this one: a forked run would share this process's pages
+    // copy-on-write, and its PSS would count them half.
+    ::close(ends[0]);
+    const std::vector<std::string> args = {"memory_estimate",
+                                           "--run",
+                                           c.workload,
+                                           std::to_string(c.workers),
+                                           c.persistent ? "1" : "0",
+                                           std::to_string(c.epochs),
+                                           std::to_string(c.tiny_samples),
+                                           c.image_folder.empty() ? "-" : c.image_folder,
+                                           std::to_string(ends[1])};
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv("/proc/self/exe", argv.data());
+    ::_exit(127);
+  }
+  ::close(ends[1]);
+  const int in = ends[0];
+  // Sampling starts once the program runs: until its exec, the child is a copy of this one.
+  char started = 0;
+  if (stoker::detail::posix::read_full(in, &started, 1) != 1) {
+    ::close(in);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return result;
+  }
+  std::size_t records = 0;
+  for (;;) {
+    const TreeSample now = sample_tree(pid);
+    if (now.total > result.peak.total) result.peak = now;
+    result.peak_pss = std::max(result.peak_pss, now.total_pss);
+    pollfd p{in, POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0) {
+      Reported r;
+      const ssize_t n = stoker::detail::posix::read_full(in, &r, sizeof r);
+      if (n != static_cast<ssize_t>(sizeof r)) break;  // the run process exited
+      result.reported = r;
+      if (++records == 2) break;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  ::close(in);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  result.ok = records == 2 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  return result;
+}
+
+// Writes `count` JPEGs of 256-500 px a side in 10 classes under `root` (as
+// bench/compare/gen_data.py does, from a fixed seed).
+bool generate_images(const fs::path& root, int count) {
+#if STOKER_BENCH_IMAGES
+  stoker::Generator rng(20240520);
+  for (int i = 0; i < count; ++i) {
+    const fs::path dir = root / fmt::format("class_{}", i % 10);
+    fs::create_directories(dir);
+    const int w = 256 + static_cast<int>(rng.below(245));
+    const int h = 256 + static_cast<int>(rng.below(245));
+    const std::vector<std::uint8_t> jpeg =
+        stoker::test::encode_jpeg(stoker::test::photo_pixels(w, h, rng.next()), w, h);
+    std::ofstream(dir / fmt::format("img_{:05d}.jpg", i), std::ios::binary)
+        .write(reinterpret_cast<const char*>(jpeg.data()),
+               static_cast<std::streamsize>(jpeg.size()));
+  }
+  return true;
+#else
+  (void)root;
+  (void)count;
+  return false;
+#endif
+}
+
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> out;
+  std::istringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(item);
+  return out;
+}
+
+void usage(std::FILE* to) {
+  std::fprintf(to,
+               "usage: memory_estimate [--runs R] [--workers 0,1,2,4] [--epochs E]\n"
+               "         [--workloads image,tiny,folder] [--persistent 0|1]\n"
+               "         [--image-folder DIR] [--detail]\n");
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 9 && std::strcmp(argv[1], "--run") == 0) {  // one run, started by measure()
+    Config c;
+    c.workload = argv[2];
+    c.workers = std::atoi(argv[3]);
+    c.persistent = std::atoi(argv[4]) != 0;
+    c.epochs = std::atoi(argv[5]);
+    c.tiny_samples = static_cast<std::size_t>(std::atoll(argv[6]));
+    c.image_folder = std::strcmp(argv[7], "-") == 0 ? "" : argv[7];
+    const int out = std::atoi(argv[8]);
+    const char started = 'S';
+    if (stoker::detail::posix::write_all(out, &started, 1) != 0) return 1;
+    run_child(c, out);
+  }
+  int runs = 20;
   std::vector<int> worker_counts = {0, 1, 2, 4};
-  int epochs = 3;  // at least 2
+  std::vector<std::string> workloads = {"image", "tiny", "folder"};
+  Config base;
+  bool detail = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--workers" && i + 1 < argc) {
+    const bool has_value = i + 1 < argc;
+    if (flag == "--help" || flag == "-h") {
+      usage(stdout);
+      return 0;
+    } else if (flag == "--runs" && has_value) {
+      runs = std::max(1, std::atoi(argv[++i]));
+    } else if (flag == "--workers" && has_value) {
       worker_counts.clear();
-      std::istringstream in(argv[++i]);
-      for (std::string w; std::getline(in, w, ',');) worker_counts.push_back(std::atoi(w.c_str()));
-    } else if (flag == "--epochs" && i + 1 < argc) {
-      epochs = std::max(2, std::atoi(argv[++i]));
+      for (const std::string& w : split(argv[++i])) worker_counts.push_back(std::atoi(w.c_str()));
+    } else if (flag == "--epochs" && has_value) {
+      base.epochs = std::max(1, std::atoi(argv[++i]));
+    } else if (flag == "--workloads" && has_value) {
+      workloads = split(argv[++i]);
+    } else if (flag == "--persistent" && has_value) {
+      base.persistent = std::atoi(argv[++i]) != 0;
+    } else if (flag == "--image-folder" && has_value) {
+      base.image_folder = argv[++i];
+    } else if (flag == "--tiny-samples" && has_value) {
+      base.tiny_samples = static_cast<std::size_t>(std::max(256, std::atoi(argv[++i])));
+    } else if (flag == "--detail") {
+      detail = true;
     } else {
-      std::fprintf(stderr, "usage: memory_estimate [--workers 0,1,2,4] [--epochs E]\n");
+      usage(stderr);
       return 2;
     }
   }
+  fs::path generated;
+  if (std::find(workloads.begin(), workloads.end(), "folder") != workloads.end() &&
+      base.image_folder.empty()) {
+    char templ[] = "/tmp/stoker-memory-estimate-XXXXXX";
+    if (::mkdtemp(templ) != nullptr && generate_images(templ, 320)) {
+      generated = templ;
+      base.image_folder = generated.string();
+    } else {
+      std::fprintf(stderr,
+                   "memory_estimate: built without the image codecs: the folder workload needs "
+                   "--image-folder DIR\n");
+      workloads.erase(std::remove(workloads.begin(), workloads.end(), "folder"), workloads.end());
+    }
+  }
+
   std::printf(
-      "| num_workers | estimate (MiB) | measured peak tree PSS (MiB) | measured / estimate "
-      "| rule of thumb (MiB) |\n|---|---|---|---|---|\n");
+      "| workload | num_workers | estimate (MiB) | measured peak tree PSS (MiB): min / median / "
+      "max | measured / estimate: min / median / worst | runs over the estimate |\n"
+      "|---|---|---|---|---|---|\n");
   std::vector<std::string> json;
-  for (const int workers : worker_counts) {
-    stoker::LoaderOptions opt;
-    opt.batch_size = 64;
-    opt.num_workers = workers;
-    opt.persistent_workers = workers > 0;  // forked once, before the sampling thread starts
-    stoker::DataLoader loader(Sample150k{}, opt);
-    const stoker::MemoryEstimate e = loader.memory_estimate();
-    std::size_t samples = 0;
-    for (const stoker::Batch& batch : loader) samples += batch.size();  // forks the workers
-    std::atomic<bool> done{false};
-    std::atomic<std::uint64_t> peak{tree_pss()};
-    std::thread sampler([&] {
-      while (!done.load()) {
-        const std::uint64_t now = tree_pss();
-        if (now > peak.load()) peak.store(now);
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  std::vector<std::string> details;
+  bool all_ok = true;
+  for (const std::string& workload : workloads) {
+    for (const int workers : worker_counts) {
+      Config c = base;
+      c.workload = workload;
+      c.workers = workers;
+      std::vector<double> ratios;
+      std::vector<std::uint64_t> peaks;
+      std::vector<std::uint64_t> estimates;
+      RunResult worst;
+      double worst_ratio = 0;
+      for (int run = 0; run < runs; ++run) {
+        const RunResult r = measure(c);
+        if (!r.ok) {
+          std::fprintf(stderr, "memory_estimate: %s, %d workers: run %d failed\n", workload.c_str(),
+                       workers, run);
+          all_ok = false;
+          continue;
+        }
+        const stoker::MemoryEstimate& e = r.reported.estimate;
+        const double ratio = static_cast<double>(r.peak.total) / static_cast<double>(e.total_bytes);
+        ratios.push_back(ratio);
+        peaks.push_back(r.peak.total);
+        estimates.push_back(e.total_bytes);
+        if (ratio > worst_ratio) {
+          worst_ratio = ratio;
+          worst = r;
+        }
+        json.push_back(fmt::format(
+            "{{\"bench\": \"memory_estimate\", \"workload\": \"{}\", \"workers\": {}, "
+            "\"persistent\": {}, \"run\": {}, \"batch_size\": {}, \"bytes_per_sample\": {}, "
+            "\"estimate_bytes\": {}, \"loader_bytes\": {}, \"main_bytes\": {}, "
+            "\"worker_base_bytes\": {}, \"plan_bytes\": {}, "
+            "\"peak_bytes\": {}, \"peak_pss_with_file_pages_bytes\": {}, \"ratio\": {:.4f}, "
+            "\"samples\": {}}}",
+            workload, workers, c.persistent, run, e.batch_size, e.bytes_per_sample, e.total_bytes,
+            e.loader_bytes, e.main_bytes, e.worker_base_bytes, e.plan_bytes, r.peak.total,
+            r.peak_pss, ratio, r.reported.samples));
       }
-    });
-    for (int epoch = 1; epoch < epochs; ++epoch) {
-      for (const stoker::Batch& batch : loader) {
-        samples += batch.size();
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the "training step"
+      if (ratios.empty()) continue;
+      std::vector<double> sorted = ratios;
+      std::sort(sorted.begin(), sorted.end());
+      std::sort(peaks.begin(), peaks.end());
+      std::sort(estimates.begin(), estimates.end());
+      const std::size_t over = static_cast<std::size_t>(
+          std::count_if(ratios.begin(), ratios.end(), [](double r) { return r > 1.0; }));
+      std::printf("| %s | %d | %.1f | %.1f / %.1f / %.1f | %.3f / %.3f / %.3f | %zu of %zu |\n",
+                  workload.c_str(), workers, mib(estimates[estimates.size() / 2]),
+                  mib(peaks.front()), mib(peaks[peaks.size() / 2]), mib(peaks.back()),
+                  sorted.front(), sorted[sorted.size() / 2], sorted.back(), over, ratios.size());
+      std::fflush(stdout);
+      if (detail) {
+        const stoker::MemoryEstimate& e = worst.reported.estimate;
+        const TreeSample& p = worst.peak;
+        const Usage& m0 = worst.reported.main_at_estimate;
+        details.push_back(fmt::format(
+            "{} {} workers: main at the estimate {:.2f} MiB (anon {:.2f}, file {:.2f}); at the "
+            "peak the tree adds anon {:+.2f}, file {:+.2f}, shmem {:+.2f}",
+            workload, workers, mib(m0.pss), mib(m0.anon), mib(m0.file),
+            mib(worst.peak.main.anon + worst.peak.others.anon) - mib(m0.anon),
+            mib(worst.peak.main.file + worst.peak.others.file) - mib(m0.file),
+            mib(worst.peak.main.shmem + worst.peak.others.shmem) - mib(m0.shmem)));
+        details.push_back(fmt::format(
+            "{} {} workers, worst run at its peak ({} processes): tree {:.2f} MiB = main "
+            "{:.2f} (anon {:.2f}, file {:.2f}, shmem {:.2f}, private dirty {:.2f}) + others "
+            "{:.2f} (anon {:.2f}, file {:.2f}, shmem {:.2f}, private dirty {:.2f}); estimate "
+            "{:.2f} = main {:.2f} + ring {:.2f} + workers {} x {:.2f} (base {:.2f}) + "
+            "in-process {:.2f} + plans {:.2f} + pinned and cache {:.2f}",
+            workload, workers, p.processes, mib(p.total), mib(p.main.pss), mib(p.main.anon),
+            mib(p.main.file), mib(p.main.shmem), mib(p.main.private_dirty), mib(p.others.pss),
+            mib(p.others.anon), mib(p.others.file), mib(p.others.shmem),
+            mib(p.others.private_dirty), mib(e.total_bytes), mib(e.main_bytes), mib(e.ring_bytes),
+            e.num_workers, mib(e.worker_private_bytes), mib(e.worker_base_bytes),
+            mib(e.inline_bytes), mib(e.plan_bytes), mib(e.pinned_bytes + e.cache_bytes)));
       }
     }
-    done = true;
-    sampler.join();
-    const double ratio = static_cast<double>(peak.load()) / static_cast<double>(e.total_bytes);
-    std::printf("| %d | %.1f | %.1f | %.2f | %.1f |\n", workers, mib(e.total_bytes),
-                mib(peak.load()), ratio, mib(e.rule_of_thumb_bytes));
-    json.push_back(fmt::format(
-        "{{\"bench\": \"memory_estimate\", \"workers\": {}, \"batch_size\": 64, "
-        "\"bytes_per_sample\": {}, \"estimate_bytes\": {}, \"ring_bytes\": {}, "
-        "\"worker_private_bytes\": {}, \"worker_base_bytes\": {}, \"main_bytes\": {}, "
-        "\"peak_tree_pss_bytes\": {}, "
-        "\"ratio\": {:.3f}, \"samples\": {}, \"command\": "
-        "\"build/release/bench/memory_estimate\"}}",
-        workers, e.bytes_per_sample, e.total_bytes, e.ring_bytes, e.worker_private_bytes,
-        e.worker_base_bytes, e.main_bytes, peak.load(), ratio, samples));
   }
   std::printf("\n");
+  for (const std::string& line : details) std::printf("%s\n", line.c_str());
+  if (!details.empty()) std::printf("\n");
   for (const std::string& line : json) std::printf("%s\n", line.c_str());
-  return 0;
+  if (!generated.empty()) fs::remove_all(generated);
+  return all_ok ? 0 : 1;
 }

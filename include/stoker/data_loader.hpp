@@ -130,6 +130,7 @@ class DataLoader {
         produce_batch(*ds, collate, out);
       };
       size = [ds] { return static_cast<std::size_t>(ds->size()); };
+      probe.dataset_size = size;
     } else {
       produce = [ds, collate = options.collate, batch_size = options.batch_size,
                  drop_last = options.drop_last,

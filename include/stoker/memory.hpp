@@ -55,7 +55,10 @@ struct ProbeOptions {
 // Main process. Never throws for a missing or unreadable source: that field stays unknown.
 SystemInfo probe_system(const ProbeOptions& options = {});
 
-// Where a loader's memory goes, at its peak.
+// Where a loader's memory goes, at its peak: the memory the kernel cannot reclaim (anonymous
+// and shared memory). File-backed pages (the program's code and libraries as they page in,
+// memory-mapped dataset files) are page cache, which the kernel drops under pressure and reads
+// again: they are not counted, neither in main_bytes nor in the loader's parts.
 struct MemoryEstimate {
   std::size_t num_workers = 0;
   std::size_t batch_size = 0;
@@ -63,14 +66,25 @@ struct MemoryEstimate {
   std::size_t batch_bytes = 0;       // one batch's payload
   std::size_t num_slots = 0;
   std::size_t slot_bytes = 0;  // one slot: header, indices, payload, layout
-  std::size_t ring_bytes = 0;  // the shared ring, every slot filled (num_workers = 0: one)
+  // The shared ring: its control block and channels, every slot filled (num_workers = 0: one,
+  // and the header page of the other).
+  std::size_t ring_bytes = 0;
   std::size_t worker_private_bytes = 0;  // each worker: its samples in flight and its base
   std::size_t worker_base_bytes = 0;     // the base part: measured, or a default of 1 MiB
-  std::size_t main_bytes = 0;            // the main process now (PSS), before the loader forks
-  std::size_t pinned_bytes = 0;          // page-locked staging (pin_memory with copies)
-  std::size_t cache_bytes = 0;           // a CachedDataset's budget
-  // The loader's own peak: the ring, the workers, pinned staging and the cache; total_bytes
-  // adds the main process as it is now.
+  // num_workers = 0: what loading in the main process adds to it, as a worker's private
+  // memory (the samples in flight and the base: get()'s buffers, a decoder's scratch).
+  std::size_t inline_bytes = 0;
+  // The epochs' plans in the main process (the indices of every batch): the running epoch's,
+  // the next one's when it is planned ahead (persistent workers, or a sampler asked by size()),
+  // and with persistent workers the one they were forked with, which they keep (copy-on-write)
+  // after the main process frees it.
+  std::size_t plan_bytes = 0;
+  // The main process now (its anonymous and shared memory, PSS), before the loader forks.
+  std::size_t main_bytes = 0;
+  std::size_t pinned_bytes = 0;  // page-locked staging (pin_memory with copies)
+  std::size_t cache_bytes = 0;   // a CachedDataset's budget
+  // The loader's own peak: the ring, the workers, in-process loading, the plans, pinned
+  // staging and the cache; total_bytes adds the main process as it is now.
   std::size_t loader_bytes = 0;
   std::size_t total_bytes = 0;
   // The rule of thumb, for comparison: (num_workers + 1) x batch_size x bytes per sample.
@@ -95,6 +109,19 @@ struct EstimateInputs {
   // A worker's own memory besides its samples, as measured in the loader's probe process;
   // empty: 1 MiB, this project's measured typical figure.
   std::optional<std::size_t> worker_base_bytes;
+  // The part of worker_base_bytes a forked process writes before it loads anything (its
+  // copy-on-write start-up), which loading in-process (num_workers = 0) does not pay; empty:
+  // none of it is left out.
+  std::optional<std::size_t> worker_startup_bytes;
+  // The samples an epoch plans (the dataset's size; 0 for an iterable dataset), and what makes
+  // the main process hold more than the running epoch's plan: persistent workers (the next
+  // epoch is planned ahead, and the workers keep the plan they were forked with), a sampler or
+  // batch sampler (size() plans the next epoch ahead), a batch sampler (its batches are lists,
+  // copied into the plan).
+  std::size_t dataset_size = 0;
+  bool persistent_workers = false;
+  bool sampler = false;
+  bool batch_sampler = false;
 };
 MemoryEstimate estimate_memory(const EstimateInputs& inputs);
 

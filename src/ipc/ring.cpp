@@ -64,13 +64,17 @@ RingGeometry ring_geometry(std::size_t num_workers, std::size_t prefetch_factor,
   return g;
 }
 
+std::size_t Ring::slots_offset(std::size_t num_channels) noexcept {
+  return round_up(round_up(sizeof(ControlBlock), kCacheLine) + num_channels * sizeof(Channel),
+                  kPageSize);
+}
+
 Ring::Ring(const RingGeometry& geometry) {
   const std::size_t num_channels = geometry.channels;
   const std::size_t slots_per_channel = geometry.slots_per_channel;
   const std::size_t slot_bytes = geometry.slot_bytes;
   const std::size_t channels_offset = round_up(sizeof(ControlBlock), kCacheLine);
-  const std::size_t slots_offset =
-      round_up(channels_offset + num_channels * sizeof(Channel), kPageSize);
+  const std::size_t slots_offset = Ring::slots_offset(num_channels);
   const std::size_t stride = round_up(slot_bytes, kPageSize);
   const std::size_t num_slots = num_channels * slots_per_channel;
   if (stride != 0 && num_slots > (std::size_t{1} << 46) / stride) {

@@ -241,6 +241,9 @@ class Ring {
   std::uint64_t* indices(std::size_t s) const noexcept {
     return reinterpret_cast<std::uint64_t*>(slot(s) + kSlotHeaderBytes);
   }
+  // Where the slots start in a ring of `num_channels` channels: the control block and the
+  // channels before them, rounded up to a page.
+  static std::size_t slots_offset(std::size_t num_channels) noexcept;
   // Where a batch's payload may start once its indices are written.
   static std::size_t payload_start(std::size_t num_indices) noexcept {
     return round_up(kSlotHeaderBytes + num_indices * sizeof(std::uint64_t), kCacheLine);

@@ -33,8 +33,10 @@ using Clock = std::chrono::steady_clock;
 
 // The record a size probe sends after its last sample (no sample is 2^64 - 1 bytes).
 constexpr std::uint64_t kProbeDone = ~std::uint64_t{0};
-// Followed by one more record: the probe process's private bytes.
+// Followed by one more record: the probe process's private bytes, after its samples.
 constexpr std::uint64_t kProbePrivate = ~std::uint64_t{0} - 1;
+// Followed by one more record: its private bytes before its first sample.
+constexpr std::uint64_t kProbeStartPrivate = ~std::uint64_t{0} - 2;
 
 // The pages this process alone has written (smaps_rollup's Private_Dirty); 0 when unknown.
 // Clean private pages are left out: a memory-mapped dataset's pages that only the probe read
@@ -274,6 +276,12 @@ ProbeResult run_probe_in_child(
     const auto send = [out](std::uint64_t value) {
       if (posix::write_all(out, &value, sizeof value) != 0) ::_exit(1);
     };
+    // What a forked process writes before it loads anything (its start-up, copy-on-write):
+    // part of a worker's memory, not of the loading that num_workers = 0 does in-process.
+    if (const std::uint64_t start = own_private_bytes(); start > 0) {
+      send(kProbeStartPrivate);
+      send(start);
+    }
     try {
       probe([&send](std::size_t bytes) { send(bytes); });
     } catch (...) {
@@ -288,7 +296,7 @@ ProbeResult run_probe_in_child(
   }
   write_end.reset();
   const Clock::time_point deadline = Clock::now() + timeout;
-  bool private_next = false;  // the record after kProbePrivate
+  std::optional<std::size_t>* value_next = nullptr;  // the record after a marker goes here
   for (;;) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
@@ -302,13 +310,12 @@ ProbeResult run_probe_in_child(
       result.complete = true;
       break;
     }
-    if (value == kProbePrivate) {
-      private_next = true;
+    if (value_next != nullptr) {
+      *std::exchange(value_next, nullptr) = value;
       continue;
     }
-    if (private_next) {
-      result.private_bytes = value;
-      private_next = false;
+    if (value == kProbePrivate || value == kProbeStartPrivate) {
+      value_next = value == kProbePrivate ? &result.private_bytes : &result.startup_private_bytes;
       continue;
     }
     result.largest = std::max<std::size_t>(result.largest.value_or(0), value);

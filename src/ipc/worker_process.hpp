@@ -117,6 +117,9 @@ struct ProbeResult {
   // The probe process's private memory (Private_Dirty) after its samples:
   // what a forked worker adds to the machine's memory besides the samples it holds.
   std::optional<std::size_t> private_bytes;
+  // The part of private_bytes it had written before its first sample: a forked process's
+  // start-up (copy-on-write of the stack, heap and globals it touches).
+  std::optional<std::size_t> startup_private_bytes;
 };
 ProbeResult run_probe_in_child(
     const std::function<void(const std::function<void(std::size_t)>&)>& probe,

@@ -22,6 +22,29 @@ constexpr std::size_t kWorkerBaseBytes = std::size_t{1} << 20;
 constexpr std::size_t kSlotStep = std::size_t{64} << 10;
 constexpr std::size_t kLayoutBytes = std::size_t{4} << 10;
 
+// The main process's epoch plans (EpochPlan): 8 bytes per index and a byte per batch, and a
+// batch sampler's offsets (8 bytes per batch). Persistent workers: three at once, the running
+// epoch's, the next one's (planned ahead) and the one the workers were forked with, which they
+// keep after the main process frees it; otherwise the running one, and a second when a sampler
+// is asked for the next epoch ahead (size()). A batch sampler's lists (a vector per batch, 24
+// bytes and a heap block header each) exist beside the plan while it is made.
+std::size_t plan_bytes(const EstimateInputs& in) {
+  const std::size_t n = in.dataset_size;
+  if (n == 0) return 0;
+  const std::size_t batches =
+      (n + std::max<std::size_t>(in.batch_size, 1) - 1) / std::max<std::size_t>(in.batch_size, 1);
+  // Each a heap block or two, which seldom start on a page: a page more each for that.
+  const std::size_t one =
+      detail::round_up(n * sizeof(std::size_t) + batches * (in.batch_sampler ? 9 : 1),
+                       detail::kPageSize) +
+      detail::kPageSize;
+  const std::size_t plans = in.persistent_workers && in.num_workers > 0 ? 3
+                            : in.sampler || in.batch_sampler            ? 2
+                                                                        : 1;
+  const std::size_t lists = in.batch_sampler ? n * sizeof(std::size_t) + batches * 40 : 0;
+  return plans * one + lists;
+}
+
 }  // namespace detail
 
 MemoryEstimate estimate_memory(const EstimateInputs& in) {
@@ -31,26 +54,36 @@ MemoryEstimate estimate_memory(const EstimateInputs& in) {
   e.bytes_per_sample = in.bytes_per_sample;
   e.batch_bytes = in.batch_size * in.bytes_per_sample;
   // The same geometry the loader's ring is built with (ipc/ring.hpp).
-  e.num_slots =
-      detail::ring_geometry(in.num_workers, in.prefetch_factor, in.recycling, 0).num_slots();
+  const detail::RingGeometry geometry =
+      detail::ring_geometry(in.num_workers, in.prefetch_factor, in.recycling, 0);
+  e.num_slots = geometry.num_slots();
   e.slot_bytes = detail::round_up(
       detail::Ring::payload_start(in.batch_size) + e.batch_bytes + detail::kLayoutBytes,
       detail::kSlotStep);
   // Workers keep every slot of theirs filled. In-process loading (num_workers = 0) fills one
   // slot at a time: the iterator lets go of the previous batch before it loads the next, so a
-  // second slot is used only by a consumer that keeps batches across iterations.
-  e.ring_bytes = (in.num_workers > 0 ? e.num_slots : 1) * e.slot_bytes;
+  // second slot is used only by a consumer that keeps batches across iterations. Every slot's
+  // header is backed when the ring is made, and the control block and channels come first.
+  const std::size_t filled = in.num_workers > 0 ? e.num_slots : 1;
+  e.ring_bytes = detail::Ring::slots_offset(geometry.channels) + filled * e.slot_bytes +
+                 (e.num_slots - std::min(e.num_slots, filled)) *
+                     detail::round_up(detail::kSlotHeaderBytes, detail::kPageSize);
   // The samples a loading process holds at once: one while streaming into the slot, the whole
   // batch when a user collate (or skipping) needs them all.
   const std::size_t held = (in.streaming ? 1 : in.batch_size) * in.bytes_per_sample;
   e.worker_base_bytes = in.worker_base_bytes.value_or(detail::kWorkerBaseBytes);
   e.worker_private_bytes = in.num_workers > 0 ? held + e.worker_base_bytes : 0;
+  // In-process loading runs the worker's code in the main process: the same samples and
+  // buffers, there, without a forked process's start-up.
+  const std::size_t startup = std::min(in.worker_startup_bytes.value_or(0), e.worker_base_bytes);
+  e.inline_bytes = in.num_workers == 0 ? held + e.worker_base_bytes - startup : 0;
+  e.plan_bytes = detail::plan_bytes(in);
   const std::optional<detail::ProcessMemory> own = detail::read_process_memory(0);
-  e.main_bytes = own ? own->pss_bytes : 0;
+  e.main_bytes = own ? own->unreclaimable_pss_bytes : 0;
   e.pinned_bytes = in.pinned_bytes;
   e.cache_bytes = in.cache_bytes;
-  e.loader_bytes = e.ring_bytes + in.num_workers * e.worker_private_bytes + e.pinned_bytes +
-                   e.cache_bytes + (in.num_workers == 0 ? held : 0);
+  e.loader_bytes = e.ring_bytes + in.num_workers * e.worker_private_bytes + e.inline_bytes +
+                   e.plan_bytes + e.pinned_bytes + e.cache_bytes;
   e.total_bytes = e.loader_bytes + e.main_bytes;
   e.rule_of_thumb_bytes = (in.num_workers + 1) * e.batch_bytes;
   return e;
@@ -120,6 +153,8 @@ std::string to_string(const MemoryEstimate& e) {
       fmt::format("{} x {} ({} base)", e.num_workers, format_bytes(e.worker_private_bytes),
                   format_bytes(e.worker_base_bytes)),
       e.num_workers * e.worker_private_bytes);
+  if (e.inline_bytes > 0) row("in-process loading", "", e.inline_bytes);
+  row("epoch plans", "", e.plan_bytes);
   row("pinned staging", "", e.pinned_bytes);
   row("sample cache", "", e.cache_bytes);
   row("loader", "", e.loader_bytes);

@@ -8,6 +8,7 @@
 #include "datasets/launch.hpp"
 #include "ipc/worker_process.hpp"
 #include "os/log.hpp"
+#include "os/system_probe.hpp"
 #include "stoker/pinned_allocator.hpp"
 
 namespace stoker::detail {
@@ -45,6 +46,7 @@ std::optional<std::size_t> Preflight::sample_bytes() {
     const ProbeResult probe = run_probe_in_child(probe_.sample_bytes, workers, probe_timeout());
     measured_sample_bytes_ = probe.largest;
     measured_worker_base_ = probe.private_bytes;
+    measured_worker_startup_ = probe.startup_private_bytes;
     probe_failed_ = !probe.largest;
     try {
       if (!probe.largest) {
@@ -93,7 +95,12 @@ MemoryEstimate Preflight::estimate(std::size_t workers, std::size_t batch,
       !options_.collate && options_.on_sample_error != OnSampleError::kSkip && !iterable_;
   in.cache_bytes = probe_.cache_bytes;
   in.worker_base_bytes = measured_worker_base_;
+  in.worker_startup_bytes = measured_worker_startup_;
   in.recycling = options_.max_batches_per_worker > 0;
+  in.dataset_size = probe_.dataset_size ? probe_.dataset_size() : 0;
+  in.persistent_workers = options_.persistent_workers;
+  in.sampler = options_.sampler != nullptr;
+  in.batch_sampler = options_.batch_sampler != nullptr;
   if (options_.pin_memory && options_.pin_mode == PinMode::kCopy && bytes > 0) {
     // The staging blocks: the batch the consumer holds and the next one being copied, each
     // its samples, their indices and up to 64 bytes of alignment per field.
@@ -114,7 +121,7 @@ void Preflight::check() {
   const ResolvedOptions& r = resolve();
   const std::optional<std::size_t> bytes = sample_bytes();
   if (bytes && options_.check_memory) {
-    check_memory(*bytes, options_.memory_limit ? SystemInfo{} : probe_system());
+    check_memory(*bytes, options_.memory_limit ? SystemInfo{} : probe_memory_limits());
   }
   if (bytes && r.pinning != Pinning::kNone) check_pinned(*bytes);
   checked_ = true;

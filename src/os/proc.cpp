@@ -51,7 +51,10 @@ std::optional<ProcessMemory> parse_process_memory(std::string_view text) {
   const std::optional<std::uint64_t> rss = parse_kb_field(text, "Rss");
   const std::optional<std::uint64_t> pss = parse_kb_field(text, "Pss");
   if (!rss || !pss) return std::nullopt;
-  return ProcessMemory{*rss, *pss, parse_kb_field(text, "Private_Dirty").value_or(0)};
+  const std::optional<std::uint64_t> anon = parse_kb_field(text, "Pss_Anon");
+  const std::optional<std::uint64_t> shmem = parse_kb_field(text, "Pss_Shmem");
+  return ProcessMemory{*rss, *pss, parse_kb_field(text, "Private_Dirty").value_or(0),
+                       anon && shmem ? *anon + *shmem : *pss};
 }
 
 std::optional<ProcessMemory> read_process_memory(pid_t pid) {

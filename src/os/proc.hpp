@@ -30,6 +30,10 @@ struct ProcessMemory {
   std::uint64_t rss_bytes = 0;
   std::uint64_t pss_bytes = 0;
   std::uint64_t private_dirty_bytes = 0;  // pages only this process has written
+  // The part of pss_bytes that the kernel cannot drop and read again: anonymous memory and
+  // shared memory (the ring), without file-backed pages (code, libraries, mapped files), which
+  // are page cache. pss_bytes itself on kernels without Pss_Anon / Pss_Shmem (before 5.9).
+  std::uint64_t unreclaimable_pss_bytes = 0;
 };
 std::optional<ProcessMemory> parse_process_memory(std::string_view smaps_rollup);
 std::optional<ProcessMemory> read_process_memory(pid_t pid);  // 0: this process

@@ -11,6 +11,7 @@
 
 #include "os/cgroup.hpp"
 #include "os/posix.hpp"
+#include "os/system_probe.hpp"
 #include "os/topology_probe.hpp"
 #include "stoker/memory.hpp"
 
@@ -175,6 +176,16 @@ std::optional<std::uint64_t> SystemInfo::usable_memory() const noexcept {
   }
   return usable;
 }
+
+namespace detail {
+
+SystemInfo probe_memory_limits(const ProbeOptions& options) {
+  SystemInfo s;
+  probe_memory(options, s);
+  return s;
+}
+
+}  // namespace detail
 
 SystemInfo probe_system(const ProbeOptions& options) {
   SystemInfo s;
