@@ -364,12 +364,12 @@ int main(int argc, char** argv) {
             "{{\"bench\": \"memory_estimate\", \"workload\": \"{}\", \"workers\": {}, "
             "\"persistent\": {}, \"run\": {}, \"batch_size\": {}, \"bytes_per_sample\": {}, "
             "\"estimate_bytes\": {}, \"loader_bytes\": {}, \"main_bytes\": {}, "
-            "\"worker_base_bytes\": {}, \"plan_bytes\": {}, "
+            "\"worker_base_bytes\": {}, \"worker_startup_bytes\": {}, \"plan_bytes\": {}, "
             "\"peak_bytes\": {}, \"peak_pss_with_file_pages_bytes\": {}, \"ratio\": {:.4f}, "
             "\"samples\": {}}}",
             workload, workers, c.persistent, run, e.batch_size, e.bytes_per_sample, e.total_bytes,
-            e.loader_bytes, e.main_bytes, e.worker_base_bytes, e.plan_bytes, r.peak.total,
-            r.peak_pss, ratio, r.reported.samples));
+            e.loader_bytes, e.main_bytes, e.worker_base_bytes, e.worker_startup_bytes, e.plan_bytes,
+            r.peak.total, r.peak_pss, ratio, r.reported.samples));
       }
       if (ratios.empty()) continue;
       std::vector<double> sorted = ratios;

@@ -108,8 +108,9 @@ class DataLoader {
       probe.cache_bytes = static_cast<std::size_t>(ds->cache_stats().budget_bytes);
     }
     if constexpr (MapDataset<D>) {
-      // Up to 4 samples spread over the dataset (a cache's source, not the cache): the
-      // largest sets the estimate. Run in a short-lived child process by the loader.
+      // Up to 4 samples spread over the dataset (a cache's source, not the cache), or those
+      // the dataset's memory_probe_indices() names: the largest sets the estimate. Run in a
+      // short-lived child process by the loader.
       probe.sample_bytes = [ds](const std::function<void(std::size_t)>& report) {
         auto& source = [ds]() -> auto& {
           if constexpr (requires { ds->source(); }) {
@@ -120,7 +121,14 @@ class DataLoader {
         }
         ();
         const auto n = static_cast<std::size_t>(source.size());
-        for (const std::size_t i : {std::size_t{0}, n / 3, 2 * n / 3, n - 1}) {
+        std::vector<std::size_t> picks = {0, n / 3, 2 * n / 3, n - 1};
+        // A dataset may know which of its samples need the most memory to load.
+        if constexpr (requires { source.memory_probe_indices(); }) {
+          if (std::vector<std::size_t> own = source.memory_probe_indices(); !own.empty()) {
+            picks = std::move(own);
+          }
+        }
+        for (const std::size_t i : picks) {
           if (i >= n) continue;
           detail::begin_probe_sample(i);  // sample_rng() works in get() here too
           report(Sample(source.get(i)).nbytes());

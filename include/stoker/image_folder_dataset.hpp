@@ -47,6 +47,12 @@ class ImageFolderDataset {
   // stoker::Error naming the file when it cannot be read or decoded.
   Sample get(std::size_t i) const;
 
+  // The samples the loader's memory probe loads (data_loader.hpp): the 4 images with the most
+  // pixels among up to 256 spread over the dataset (their headers only), since a larger image
+  // needs more decoding memory in each worker. Either process; never throws (an unreadable
+  // header counts as the smallest image).
+  std::vector<std::size_t> memory_probe_indices() const;
+
   const std::vector<std::string>& classes() const noexcept { return classes_; }
   // (path, label) of every image, in index order.
   const std::vector<std::pair<std::string, std::int64_t>>& files() const noexcept { return files_; }

@@ -69,8 +69,9 @@ struct MemoryEstimate {
   // The shared ring: its control block and channels, every slot filled (num_workers = 0: one,
   // and the header page of the other).
   std::size_t ring_bytes = 0;
-  std::size_t worker_private_bytes = 0;  // each worker: its samples in flight and its base
+  std::size_t worker_private_bytes = 0;  // each worker: samples in flight, base, serve loop
   std::size_t worker_base_bytes = 0;     // the base part: measured, or a default of 1 MiB
+  std::size_t worker_startup_bytes = 0;  // of the base, what a fork writes before loading
   // num_workers = 0: what loading in the main process adds to it, as a worker's private
   // memory (the samples in flight and the base: get()'s buffers, a decoder's scratch).
   std::size_t inline_bytes = 0;

@@ -14,6 +14,7 @@
 #include "stoker/tensor.hpp"
 
 #include "datasets/image_sample.hpp"
+#include "os/posix.hpp"
 
 namespace stoker {
 namespace {
@@ -95,7 +96,47 @@ Sample ImageFolderDataset::get(std::size_t i) const {
                               label);
 }
 
+std::vector<std::size_t> ImageFolderDataset::memory_probe_indices() const {
+  constexpr std::size_t kCandidates = 256;
+  constexpr std::size_t kPicks = 4;
+  constexpr std::size_t kHeaderBytes = 64 << 10;  // past a large EXIF block to the frame header
+  const std::size_t n = files_.size();
+  const std::size_t candidates = std::min(n, kCandidates);
+  std::vector<std::pair<std::uint64_t, std::size_t>> sized;  // (pixels, index)
+  std::vector<std::uint8_t> header(kHeaderBytes);
+  for (std::size_t k = 0; k < candidates; ++k) {
+    const std::size_t i = candidates == n ? k : k * (n - 1) / (candidates - 1);
+    std::uint64_t pixels = 0;
+    const int fd = detail::posix::open_read(files_[i].first.c_str());
+    if (fd >= 0) {
+      const ssize_t got = detail::posix::read_full(fd, header.data(), header.size());
+      detail::posix::close_fd(fd);
+      try {
+        if (got > 0) {
+          const vision::ImageInfo info = vision::read_info(
+              std::span<const std::uint8_t>(header.data(), static_cast<std::size_t>(got)),
+              files_[i].first);
+          pixels = static_cast<std::uint64_t>(info.width) * static_cast<std::uint64_t>(info.height);
+        }
+      } catch (...) {
+      }
+    }
+    sized.emplace_back(pixels, i);
+  }
+  const std::size_t picks = std::min(kPicks, sized.size());
+  std::partial_sort(sized.begin(), sized.begin() + static_cast<std::ptrdiff_t>(picks), sized.end(),
+                    [](const auto& a, const auto& b) { return a.first > b.first; });
+  // The largest last: the allocator then keeps its decoding buffers in the heap (it serves a
+  // size it has seen freed from there), so the probe's memory, measured after its last sample,
+  // holds them as a worker's does, rather than returning them to the system at once.
+  std::vector<std::size_t> out;
+  for (std::size_t k = picks; k-- > 0;) out.push_back(sized[k].second);
+  return out;
+}
+
 #else
+
+std::vector<std::size_t> ImageFolderDataset::memory_probe_indices() const { return {}; }
 
 bool ImageFolderDataset::available() noexcept { return false; }
 

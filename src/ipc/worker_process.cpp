@@ -50,6 +50,18 @@ std::uint64_t own_private_bytes() noexcept {
   }
 }
 
+// What this process had resident at its peak and has given back since (VmHWM - VmRSS): the
+// buffers that live only during get() (a decoder's, unmapped when it returns), which a worker
+// holds whenever it is inside get(). 0 when unknown.
+std::uint64_t released_bytes() noexcept {
+  try {
+    const std::optional<ResidentPeak> rss = read_own_resident_peak();
+    return rss ? rss->peak_bytes - rss->now_bytes : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
 // The lifeline write ends of every live worker and probe of every loader in this process. A
 // new child closes all of them, so that only the main process holds each lifeline open and its
 // death (even by SIGKILL) closes them. Entries hold fd + 1; 0 is free. Lock-free, because the
@@ -287,7 +299,7 @@ ProbeResult run_probe_in_child(
     } catch (...) {
       ::_exit(1);
     }
-    if (const std::uint64_t own = own_private_bytes(); own > 0) {
+    if (const std::uint64_t own = own_private_bytes() + released_bytes(); own > 0) {
       send(kProbePrivate);
       send(own);
     }

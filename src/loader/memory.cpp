@@ -18,6 +18,11 @@ namespace detail {
 // parent's heap, stack and libraries it writes to (copy-on-write), its SlotMemory record and
 // its buffers. Measured on this project's machines with bench/memory_estimate (docs/memory.md).
 constexpr std::size_t kWorkerBaseBytes = std::size_t{1} << 20;
+// What a worker writes that the size probe, which only calls get(), does not: the serve loop's
+// stack frames above get() and the collate, its SlotMemory record, the slot writer's and the
+// collator's state. A few pages: 5-6 KiB measured with bench/memory_estimate (the tiny workload,
+// where little else hides it); 16 KiB counted.
+constexpr std::size_t kServeLoopBytes = std::size_t{16} << 10;
 // A slot is backed in 64 KiB steps (SlotMemory); the batch's layout needs a few KiB.
 constexpr std::size_t kSlotStep = std::size_t{64} << 10;
 constexpr std::size_t kLayoutBytes = std::size_t{4} << 10;
@@ -72,10 +77,12 @@ MemoryEstimate estimate_memory(const EstimateInputs& in) {
   // batch when a user collate (or skipping) needs them all.
   const std::size_t held = (in.streaming ? 1 : in.batch_size) * in.bytes_per_sample;
   e.worker_base_bytes = in.worker_base_bytes.value_or(detail::kWorkerBaseBytes);
-  e.worker_private_bytes = in.num_workers > 0 ? held + e.worker_base_bytes : 0;
+  e.worker_private_bytes =
+      in.num_workers > 0 ? held + e.worker_base_bytes + detail::kServeLoopBytes : 0;
   // In-process loading runs the worker's code in the main process: the same samples and
   // buffers, there, without a forked process's start-up.
   const std::size_t startup = std::min(in.worker_startup_bytes.value_or(0), e.worker_base_bytes);
+  e.worker_startup_bytes = startup;
   e.inline_bytes = in.num_workers == 0 ? held + e.worker_base_bytes - startup : 0;
   e.plan_bytes = detail::plan_bytes(in);
   const std::optional<detail::ProcessMemory> own = detail::read_process_memory(0);

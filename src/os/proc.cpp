@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <string>
@@ -61,6 +62,15 @@ std::optional<ProcessMemory> read_process_memory(pid_t pid) {
   std::string text;
   if (!read_proc_file(pid, "smaps_rollup", text)) return std::nullopt;
   return parse_process_memory(text);
+}
+
+std::optional<ResidentPeak> read_own_resident_peak() {
+  std::string text;
+  if (!read_own_proc_file("status", text)) return std::nullopt;
+  const std::optional<std::uint64_t> now = parse_kb_field(text, "VmRSS");
+  const std::optional<std::uint64_t> peak = parse_kb_field(text, "VmHWM");
+  if (!now || !peak) return std::nullopt;
+  return ResidentPeak{*now, std::max(*now, *peak)};
 }
 
 std::optional<CpuTimes> parse_cpu_times(std::string_view text) {

@@ -37,6 +37,13 @@ struct ProcessMemory {
 };
 std::optional<ProcessMemory> parse_process_memory(std::string_view smaps_rollup);
 std::optional<ProcessMemory> read_process_memory(pid_t pid);  // 0: this process
+// This process's resident set now and at its highest (VmRSS and VmHWM of /proc/self/status):
+// their difference is memory it had and gave back (buffers unmapped, the heap trimmed).
+struct ResidentPeak {
+  std::uint64_t now_bytes = 0;
+  std::uint64_t peak_bytes = 0;
+};
+std::optional<ResidentPeak> read_own_resident_peak();
 
 // Whole-machine CPU time from /proc/stat's first line, in clock ticks.
 struct CpuTimes {
