@@ -21,6 +21,7 @@
 // --detail adds, per configuration, the worst run's breakdown at its peak beside the
 // estimate's parts.
 #include <poll.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -99,17 +100,38 @@ Usage usage_of(pid_t pid) {
 struct TreeSample {
   std::uint64_t total = 0;      // anonymous + shared memory: what the estimate bounds
   std::uint64_t total_pss = 0;  // with the file-backed pages (code, libraries) too
+  std::uint64_t ring = 0;       // the ring's memfd, part of total
   Usage main;
   Usage others;  // workers and probe, summed
   std::size_t processes = 0;
 };
 
-TreeSample sample_tree(pid_t root) {
+// The bytes of the run's ring (its memfd's allocated blocks, whoever maps them), found
+// through the main process's mapping of it; 0 before it exists.
+std::uint64_t ring_bytes(pid_t root) {
+  std::ifstream maps(fmt::format("/proc/{}/maps", root));
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("memfd:stoker-ring") == std::string::npos) continue;
+    struct stat st;
+    const std::string range = line.substr(0, line.find(' '));
+    if (::stat(fmt::format("/proc/{}/map_files/{}", root, range).c_str(), &st) == 0) {
+      return static_cast<std::uint64_t>(st.st_blocks) * 512;
+    }
+  }
+  return 0;
+}
+
+// One pass over the tree, the main process first. A page shared by two processes counts half in
+// each, so a fork or an exit between two reads could count a page one and a half times: a pass
+// during which the tree changed is discarded (valid = false). The ring is counted once, from
+// its memfd, not from the processes' shares of it.
+TreeSample sample_tree(pid_t root, bool& valid) {
   TreeSample s;
-  for (const pid_t pid : stoker::detail::process_tree(root)) {
+  const std::vector<pid_t> before = stoker::detail::process_tree(root);
+  for (const pid_t pid : before) {
     const Usage u = usage_of(pid);
     if (u.pss == 0) continue;  // gone meanwhile
-    s.total += u.anon + u.shmem;
+    s.total += u.anon;
     s.total_pss += u.pss;
     ++s.processes;
     Usage& part = pid == root ? s.main : s.others;
@@ -119,6 +141,9 @@ TreeSample sample_tree(pid_t root) {
     part.shmem += u.shmem;
     part.private_dirty += u.private_dirty;
   }
+  s.ring = ring_bytes(root);
+  s.total += s.ring;
+  valid = stoker::detail::process_tree(root) == before;
   return s;
 }
 
@@ -204,9 +229,10 @@ RunResult measure(const Config& c) {
   }
   std::size_t records = 0;
   for (;;) {
-    const TreeSample now = sample_tree(pid);
-    if (now.total > result.peak.total) result.peak = now;
-    result.peak_pss = std::max(result.peak_pss, now.total_pss);
+    bool valid = false;
+    const TreeSample now = sample_tree(pid, valid);
+    if (valid && now.total > result.peak.total) result.peak = now;
+    if (valid) result.peak_pss = std::max(result.peak_pss, now.total_pss);
     pollfd p{in, POLLIN, 0};
     if (::poll(&p, 1, 0) > 0) {
       Reported r;
@@ -389,11 +415,11 @@ int main(int argc, char** argv) {
         const Usage& m0 = worst.reported.main_at_estimate;
         details.push_back(fmt::format(
             "{} {} workers: main at the estimate {:.2f} MiB (anon {:.2f}, file {:.2f}); at the "
-            "peak the tree adds anon {:+.2f}, file {:+.2f}, shmem {:+.2f}",
+            "peak the tree adds anon {:+.2f}, file {:+.2f}, ring {:+.2f}",
             workload, workers, mib(m0.pss), mib(m0.anon), mib(m0.file),
             mib(worst.peak.main.anon + worst.peak.others.anon) - mib(m0.anon),
             mib(worst.peak.main.file + worst.peak.others.file) - mib(m0.file),
-            mib(worst.peak.main.shmem + worst.peak.others.shmem) - mib(m0.shmem)));
+            mib(worst.peak.ring) - mib(m0.shmem)));
         details.push_back(fmt::format(
             "{} {} workers, worst run at its peak ({} processes): tree {:.2f} MiB = main "
             "{:.2f} (anon {:.2f}, file {:.2f}, shmem {:.2f}, private dirty {:.2f}) + others "

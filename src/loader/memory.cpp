@@ -69,7 +69,14 @@ MemoryEstimate estimate_memory(const EstimateInputs& in) {
   // slot at a time: the iterator lets go of the previous batch before it loads the next, so a
   // second slot is used only by a consumer that keeps batches across iterations. Every slot's
   // header is backed when the ring is made, and the control block and channels come first.
-  const std::size_t filled = in.num_workers > 0 ? e.num_slots : 1;
+  // An epoch of fewer batches than slots fills only as many, unless persistent workers load
+  // the next epoch's into the others meanwhile (a sampler's epoch may be of any length).
+  const std::size_t epoch_batches =
+      in.dataset_size > 0 && !in.persistent_workers && !in.sampler && !in.batch_sampler
+          ? (in.dataset_size + std::max<std::size_t>(in.batch_size, 1) - 1) /
+                std::max<std::size_t>(in.batch_size, 1)
+          : e.num_slots;
+  const std::size_t filled = in.num_workers > 0 ? std::min(e.num_slots, epoch_batches) : 1;
   e.ring_bytes = detail::Ring::slots_offset(geometry.channels) + filled * e.slot_bytes +
                  (e.num_slots - std::min(e.num_slots, filled)) *
                      detail::round_up(detail::kSlotHeaderBytes, detail::kPageSize);
