@@ -106,22 +106,51 @@ TEST_CASE("estimate_memory: the ring, the workers and the rule of thumb", "[memo
   REQUIRE(e.slot_bytes >= e.batch_bytes);
   REQUIRE(e.slot_bytes < e.batch_bytes + (128u << 10));
   REQUIRE(e.slot_bytes % (64u << 10) == 0);
-  REQUIRE(e.ring_bytes == 4 * e.slot_bytes);
-  REQUIRE(e.worker_private_bytes >= 150528);  // one sample in flight, streaming
+  const std::size_t kHeaderPage = detail::round_up(detail::kSlotHeaderBytes, detail::kPageSize);
+  // The control block and 2 channels, then 4 filled slots.
+  REQUIRE(e.ring_bytes == detail::Ring::slots_offset(2) + 4 * e.slot_bytes);
+  // One sample in flight (streaming), the default base (no probe), the serve loop's pages.
+  REQUIRE(e.worker_base_bytes == (1u << 20));
+  REQUIRE(e.worker_private_bytes == 150528 + (1u << 20) + (16u << 10));
+  REQUIRE(e.inline_bytes == 0);
+  REQUIRE(e.plan_bytes == 0);  // no dataset size given
   REQUIRE(e.loader_bytes == e.ring_bytes + 2 * e.worker_private_bytes);
   REQUIRE(e.total_bytes == e.loader_bytes + e.main_bytes);
-  REQUIRE(e.main_bytes > 0);  // this process's PSS, measured
+  REQUIRE(e.main_bytes > 0);  // this process's anonymous memory, measured
   REQUIRE(e.rule_of_thumb_bytes == 3 * e.batch_bytes);
   SECTION("a user collate holds the whole batch in each worker") {
     in.streaming = false;
     REQUIRE(estimate_memory(in).worker_private_bytes >= 64 * 150528);
   }
-  SECTION("in-process: no workers, one ring channel") {
+  SECTION("in-process: no workers, one ring channel, the loading in the main process") {
     in.num_workers = 0;
+    in.worker_base_bytes = 300u << 10;
+    in.worker_startup_bytes = 100u << 10;
     const MemoryEstimate z = estimate_memory(in);
     REQUIRE(z.num_slots == 2);
     REQUIRE(z.worker_private_bytes == 0);
-    REQUIRE(z.loader_bytes == z.ring_bytes + 150528);
+    // One slot filled, the other's header page backed.
+    REQUIRE(z.ring_bytes == detail::Ring::slots_offset(1) + z.slot_bytes + kHeaderPage);
+    // The sample and the probe's buffers, without a fork's start-up.
+    REQUIRE(z.inline_bytes == 150528 + (200u << 10));
+    REQUIRE(z.loader_bytes == z.ring_bytes + z.inline_bytes);
+  }
+  SECTION("the epoch plans: 8 bytes an index, three with persistent workers") {
+    in.dataset_size = 64 * 100;
+    // 6400 indices and 100 batch flags, rounded up to a page, and a page more.
+    const std::size_t plan = detail::round_up(6400 * 8 + 100, 4096) + 4096;
+    REQUIRE(estimate_memory(in).plan_bytes == plan);
+    in.sampler = true;  // size() may plan the next epoch ahead
+    REQUIRE(estimate_memory(in).plan_bytes == 2 * plan);
+    in.persistent_workers = true;
+    REQUIRE(estimate_memory(in).plan_bytes == 3 * plan);
+  }
+  SECTION("an epoch of fewer batches than slots fills only as many") {
+    in.dataset_size = 64 * 3;  // 3 batches, 4 slots
+    const MemoryEstimate small = estimate_memory(in);
+    REQUIRE(small.ring_bytes == detail::Ring::slots_offset(2) + 3 * small.slot_bytes + kHeaderPage);
+    in.persistent_workers = true;  // they load the next epoch's batches into the fourth
+    REQUIRE(estimate_memory(in).ring_bytes == e.ring_bytes);
   }
   SECTION("the table") {
     const std::string table = fmt::format("{}", e);  // stoker/fmt.hpp
