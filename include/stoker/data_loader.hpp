@@ -74,7 +74,13 @@ class BatchIterator {
 
 template <class D>
 class DataLoader {
-  static_assert(MapDataset<D> || IterableDataset<D>,
+  // One diagnostic, not a cascade: a type with size() or get() is told what a map-style
+  // dataset needs; anything else, what either kind needs.
+  static_assert(MapDataset<D> || IterableDataset<D> || !detail::HasMapMembers<D>,
+                "stoker::DataLoader<D>: D looks like a map-style dataset but is not one: it "
+                "needs `std::size_t size() const` (callable on a const D) and "
+                "`get(std::size_t index)` returning something convertible to stoker::Sample");
+  static_assert(MapDataset<D> || IterableDataset<D> || detail::HasMapMembers<D>,
                 "stoker::DataLoader<D>: D must be a map-style dataset, with "
                 "`std::size_t size() const` and `stoker::Sample get(std::size_t index)`, or an "
                 "iterable one, with `std::optional<stoker::Sample> next()`");
@@ -90,7 +96,7 @@ class DataLoader {
     detail::ProduceFn produce;
     std::function<std::size_t()> size;
     detail::DatasetProbe probe;
-    if constexpr (requires(const D& d) { d.cache_stats(); }) {
+    if constexpr (CacheReporting<D>) {
       probe.cache_bytes = static_cast<std::size_t>(ds->cache_stats().budget_bytes);
     }
     if constexpr (MapDataset<D>) {
@@ -98,7 +104,7 @@ class DataLoader {
       // largest sets the estimate. Run in a short-lived child process by the loader.
       probe.sample_bytes = [ds](const std::function<void(std::size_t)>& report) {
         auto& source = [ds]() -> auto& {
-          if constexpr (requires { ds->source(); }) {
+          if constexpr (CachingDataset<D>) {
             return ds->source();
           } else {
             return *ds;
@@ -116,7 +122,7 @@ class DataLoader {
         produce_batch(*ds, collate, out);
       };
       size = [ds] { return static_cast<std::size_t>(ds->size()); };
-    } else {
+    } else if constexpr (IterableDataset<D>) {
       produce = [ds, collate = options.collate, batch_size = options.batch_size,
                  drop_last = options.drop_last,
                  stream = StreamState{}](detail::BatchSink& out) mutable {
@@ -170,7 +176,7 @@ class DataLoader {
   MemoryEstimate memory_estimate() { return core_->memory_estimate(); }
   LoaderStats stats() const {
     LoaderStats s = core_->stats();
-    if constexpr (requires(const D& d) { d.cache_stats(); }) {
+    if constexpr (CacheReporting<D>) {
       const auto cache = dataset_->cache_stats();
       s.cache_hits = cache.hits;
       s.cache_misses = cache.misses;

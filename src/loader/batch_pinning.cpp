@@ -66,8 +66,8 @@ std::optional<Batch> BatchPinning::copy_to_pinned(const Batch& view, PinnedAlloc
   }
   const std::span<const std::size_t> indices(reinterpret_cast<const std::size_t*>(base),
                                              view.indices().size());
-  return Batch(std::move(fields), indices, view.epoch(), view.index(), std::move(staged),
-               view.size(), true);
+  return make_batch(BatchParts{std::move(fields), indices, view.epoch(), view.index(),
+                               std::move(staged), view.size(), true});
 }
 
 }  // namespace stoker::detail

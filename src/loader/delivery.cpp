@@ -60,7 +60,8 @@ std::optional<Batch> LoaderCore::Impl::deliver(std::size_t s) {
   std::vector<Field> fields = read_fields(ring(), s, lease);
   const std::span<const std::size_t> indices(
       reinterpret_cast<const std::size_t*>(ring().indices(s)), plan.iterable ? 0 : header.num_kept);
-  Batch batch(std::move(fields), indices, plan.epoch, k, std::move(lease), header.num_kept, pinned);
+  Batch batch = make_batch(BatchParts{std::move(fields), indices, plan.epoch, k, std::move(lease),
+                                      header.num_kept, pinned});
   if (r.pinning == Pinning::kCopy) {
     if (std::optional<Batch> staged = pinning.copy_to_pinned(batch, *r.allocator)) {
       return std::move(*staged);
