@@ -52,7 +52,7 @@ TEST_CASE("proc: smaps_rollup's Pss is not Pss_Anon, Pss_Dirty or SwapPss", "[pr
   CHECK(m->private_dirty_bytes == 124 * kKiB);
 }
 
-TEST_CASE("proc: smaps_rollup without Rss or Pss is unreadable; without Private_Dirty it is 0",
+TEST_CASE("proc: smaps_rollup without Rss or Pss is unreadable, without Private_Dirty it is 0",
           "[proc]") {
   CHECK_FALSE(parse_process_memory("Rss: 10 kB\nPss_Anon: 4 kB\n").has_value());
   CHECK_FALSE(parse_process_memory("Pss: 4 kB\n").has_value());
