@@ -11,6 +11,7 @@ stoker_required_packages=(
   openmpi-bin                   # the mpirun test of DistributedSampler::from_env
   python3-numpy  # tests cross-check .npy files written by NumPy
   libtorch-dev   # examples/libtorch_interop and dlpack_layout_check (skipped when absent)
+  clang libclang-rt-14-dev  # the libFuzzer targets, scripts/fuzz.sh (skipped when absent)
 )
 
 stoker_install_deps() {
