@@ -30,7 +30,8 @@ fi
 
 clang=$(command -v clang++ || true)
 if [ -z "$clang" ]; then
-  echo "=== stoker: fuzz targets skipped: clang++ is not installed (Debian: clang libclang-rt-14-dev)"
+  echo "=== stoker: fuzz targets skipped: clang++ is not installed" \
+    "(Debian: clang libclang-rt-14-dev)"
   exit 0
 fi
 probe=$(mktemp -d)
@@ -38,7 +39,8 @@ trap 'rm -rf "$probe"' EXIT
 echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' \
   >"$probe/probe.cpp"
 if ! "$clang" -fsanitize=fuzzer "$probe/probe.cpp" -o "$probe/probe" 2>/dev/null; then
-  echo "=== stoker: fuzz targets skipped: $clang cannot link -fsanitize=fuzzer (Debian: libclang-rt-14-dev)"
+  echo "=== stoker: fuzz targets skipped: $clang cannot link -fsanitize=fuzzer" \
+    "(Debian: libclang-rt-14-dev)"
   exit 0
 fi
 
