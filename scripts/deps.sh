@@ -9,6 +9,8 @@ stoker_required_packages=(
   zlib1g-dev                    # MnistDataset's .gz files
   dataset-fashion-mnist         # the MnistDataset test on real files (skipped when absent)
   openmpi-bin                   # the mpirun test of DistributedSampler::from_env
+  libopenmpi-dev                # the mpirun equal-batches test of record shards (MPI_Allreduce)
+  libarchive-dev                # compressed record shards (.tar.gz, .tar.zst)
   python3-numpy  # tests cross-check .npy files written by NumPy
   libtorch-dev   # examples/libtorch_interop and dlpack_layout_check (skipped when absent)
   clang libclang-rt-14-dev  # the libFuzzer targets, scripts/fuzz.sh (skipped when absent)

@@ -565,6 +565,11 @@ def main():
     if os.path.exists(notes):
         with open(notes) as f:
             doc.append(f.read())
+    # The record-shard figures come from bench/shards.sh, not from this run: kept as written.
+    shards = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shards.md")
+    if os.path.exists(shards):
+        with open(shards) as f:
+            doc.append(f.read())
     with open(a.doc, "w") as f:
         f.write("\n".join(doc).rstrip() + "\n")
 

@@ -11,8 +11,6 @@
 #include <string_view>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "stoker/memory.hpp"
 #include "stoker/stats.hpp"
 
@@ -68,18 +66,8 @@ Diagnosis diagnose(const LoaderStats& stats, const SystemInfo& system,
 // topology).
 Diagnosis diagnose(const LoaderStats& stats);
 
+// The summary, then "advice: ..." and the findings, indented (also fmt::format("{}", d) with
+// <stoker/fmt.hpp>).
+std::string to_string(const Diagnosis& diagnosis);
+
 }  // namespace stoker
-
-// fmt::format("{}", diagnosis): the summary, then "advice: ..." and the findings, indented.
-template <>
-struct fmt::formatter<stoker::Diagnosis> {
-  constexpr auto parse(fmt::format_parse_context& ctx) { return ctx.begin(); }
-  fmt::format_context::iterator format(const stoker::Diagnosis& d, fmt::format_context& ctx) const;
-};
-
-template <>
-struct fmt::formatter<stoker::Verdict> : fmt::formatter<std::string_view> {
-  auto format(stoker::Verdict v, fmt::format_context& ctx) const {
-    return fmt::formatter<std::string_view>::format(stoker::to_string(v), ctx);
-  }
-};

@@ -11,8 +11,6 @@
 #include <optional>
 #include <string>
 
-#include <fmt/format.h>
-
 #include "stoker/errors.hpp"
 
 namespace stoker {
@@ -100,6 +98,10 @@ struct EstimateInputs {
 };
 MemoryEstimate estimate_memory(const EstimateInputs& inputs);
 
+// A small table of the breakdown, one row per part (also fmt::format("{}", estimate) with
+// <stoker/fmt.hpp>).
+std::string to_string(const MemoryEstimate& estimate);
+
 // The loader refused to start: its estimate passes a limit. The message names the limit, both
 // numbers, and the largest num_workers and batch_size that fit.
 class MemoryBudgetError : public Error {
@@ -143,11 +145,3 @@ WorkerRecommendation recommend_num_workers(const SystemInfo& system,
                                            std::size_t local_world_size = 1);
 
 }  // namespace stoker
-
-// fmt::format("{}", estimate): a small table of the breakdown.
-template <>
-struct fmt::formatter<stoker::MemoryEstimate> {
-  constexpr auto parse(fmt::format_parse_context& ctx) { return ctx.begin(); }
-  fmt::format_context::iterator format(const stoker::MemoryEstimate& e,
-                                       fmt::format_context& ctx) const;
-};

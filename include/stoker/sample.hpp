@@ -13,7 +13,11 @@
 
 namespace stoker {
 
-using Field = std::pair<std::string, Tensor>;
+// One named tensor: a field of a Sample, or the stacked field of a Batch.
+struct Field {
+  std::string name;
+  Tensor tensor;
+};
 
 class Sample {
  public:

@@ -121,8 +121,11 @@ class Shape {
 
   Shape() = default;
   // Throws std::invalid_argument for a negative dimension or more than kMaxDims dimensions.
+  // Implicit, so a braced list, a span or a std::vector<std::int64_t> can be passed wherever a
+  // Shape is taken (Tensor::empty(DType::kFloat32, dims)).
   Shape(std::initializer_list<std::int64_t> dims);
-  explicit Shape(std::span<const std::int64_t> dims);
+  Shape(std::span<const std::int64_t> dims);
+  Shape(const std::vector<std::int64_t>& dims) : Shape(std::span<const std::int64_t>(dims)) {}
 
   std::size_t size() const noexcept { return ndim_; }
   bool empty() const noexcept { return ndim_ == 0; }

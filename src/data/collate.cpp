@@ -85,8 +85,8 @@ void StackCollator::add(const Sample& sample) {
   for (std::size_t j = 0; j < columns_.size(); ++j) {
     const Column& column = columns_[j];
     // Samples nearly always list their fields in the same order: try position j first.
-    const Tensor* t = j < fields.size() && fields[j].first == column.name
-                          ? &fields[j].second
+    const Tensor* t = j < fields.size() && fields[j].name == column.name
+                          ? &fields[j].tensor
                           : sample.find(column.name);
     if (t == nullptr) mismatch(column, nullptr, "missing");
     if (t->dtype() != column.dtype) mismatch(column, t, "dtype");

@@ -95,6 +95,12 @@ void begin_sample_rng(std::uint64_t seed, std::uint64_t epoch, std::uint64_t ind
 
 void end_sample_rng() noexcept { g_sample.active = false; }
 
+void rekey_sample_rng(std::uint64_t index) noexcept {
+  if (!g_sample.active) return;
+  g_sample.index = index;
+  g_sample.seeded = false;
+}
+
 void begin_probe_sample(std::size_t index) noexcept { begin_sample_rng(0, 0, index); }
 
 }  // namespace detail

@@ -11,7 +11,7 @@ namespace detail {
 
 const Tensor* find_field(const std::vector<Field>& fields, std::string_view name) noexcept {
   for (const Field& field : fields) {
-    if (field.first == name) return &field.second;
+    if (field.name == name) return &field.tensor;
   }
   return nullptr;
 }
@@ -21,7 +21,7 @@ void throw_missing_field(std::string_view owner, std::string_view name,
   std::string names;
   for (const Field& field : fields) {
     if (!names.empty()) names += ", ";
-    names += field.first;
+    names += field.name;
   }
   throw std::out_of_range(fmt::format("{}: no field named '{}' (its fields: {})", owner, name,
                                       names.empty() ? std::string("none") : names));
@@ -36,8 +36,8 @@ Sample& Sample::set(std::string_view name, Tensor tensor) {
         fmt::format("Sample::set: the tensor for field '{}' is undefined", name));
   }
   for (Field& field : fields_) {
-    if (field.first == name) {
-      field.second = std::move(tensor);
+    if (field.name == name) {
+      field.tensor = std::move(tensor);
       return *this;
     }
   }
@@ -59,7 +59,7 @@ const Tensor* Sample::find(std::string_view name) const noexcept {
 
 std::size_t Sample::nbytes() const noexcept {
   std::size_t n = 0;
-  for (const Field& field : fields_) n += field.second.nbytes();
+  for (const Field& field : fields_) n += field.tensor.nbytes();
   return n;
 }
 
@@ -85,13 +85,13 @@ const Tensor* Batch::find(std::string_view name) const noexcept {
 
 std::size_t Batch::nbytes() const noexcept {
   std::size_t n = 0;
-  for (const Field& field : fields_) n += field.second.nbytes();
+  for (const Field& field : fields_) n += field.tensor.nbytes();
   return n;
 }
 
 bool Batch::is_view() const noexcept {
   for (const Field& field : fields_) {
-    if (field.second.is_view()) return true;
+    if (field.tensor.is_view()) return true;
   }
   return false;
 }
@@ -104,7 +104,7 @@ Batch Batch::clone() const {
   owned->indices.assign(indices_.begin(), indices_.end());
   std::vector<Field> fields;
   fields.reserve(fields_.size());
-  for (const Field& field : fields_) fields.emplace_back(field.first, field.second.clone());
+  for (const Field& field : fields_) fields.emplace_back(field.name, field.tensor.clone());
   const std::span<const std::size_t> indices(owned->indices);
   return Batch(std::move(fields), indices, epoch_, index_, std::move(owned), rows_);
 }

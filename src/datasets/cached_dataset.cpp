@@ -120,7 +120,7 @@ std::optional<Sample> SampleCache::find(std::size_t i,
   try {
     std::vector<Field> fields = read_field_table(start, e.bytes, start, e.bytes, self);
     Sample sample;
-    for (Field& field : fields) sample.set(field.first, std::move(field.second));
+    for (Field& field : fields) sample.set(field.name, std::move(field.tensor));
     return sample;
   } catch (const FieldTableError& error) {
     throw Error(fmt::format(
@@ -142,7 +142,7 @@ void SampleCache::store(std::size_t i, const Sample& sample) noexcept {
   try {
     records = records_of(sample, offsets);
     bytes = round_up(offsets.empty() ? field_table_bytes(records)
-                                     : offsets.back() + sample.fields().back().second.nbytes(),
+                                     : offsets.back() + sample.fields().back().tensor.nbytes(),
                      kCacheLine);
   } catch (...) {  // out of memory: leave it uncached
     e.state.store(kRejected, std::memory_order_release);
@@ -167,7 +167,7 @@ void SampleCache::store(std::size_t i, const Sample& sample) noexcept {
   }
   write_field_table(start, records);
   for (std::size_t f = 0; f < records.size(); ++f) {
-    const Tensor& t = sample.fields()[f].second;
+    const Tensor& t = sample.fields()[f].tensor;
     if (t.nbytes() != 0) std::memcpy(start + offsets[f], t.raw_data(), t.nbytes());
   }
   e.offset = offset;

@@ -16,13 +16,13 @@ TensorDataset::TensorDataset(std::vector<Field> fields) : fields_(std::move(fiel
           name, tensor.defined() ? "a scalar" : "undefined"));
     }
   }
-  size_ = static_cast<std::size_t>(fields_[0].second.size(0));
+  size_ = static_cast<std::size_t>(fields_[0].tensor.size(0));
   for (const auto& [name, tensor] : fields_) {
     if (static_cast<std::size_t>(tensor.size(0)) != size_) {
       throw std::invalid_argument(fmt::format(
           "TensorDataset: field '{}' has {} rows but field '{}' has {}; every field must have "
           "one row per sample",
-          name, tensor.size(0), fields_[0].first, size_));
+          name, tensor.size(0), fields_[0].name, size_));
     }
   }
 }

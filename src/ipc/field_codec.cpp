@@ -122,7 +122,7 @@ std::size_t place_fields(std::size_t start, std::span<const Field> fields,
   for (const Field& field : fields) {
     at = (at + kFieldAlignment - 1) / kFieldAlignment * kFieldAlignment;
     offsets.push_back(at);
-    at += field.second.nbytes();
+    at += field.tensor.nbytes();
   }
   return at;
 }

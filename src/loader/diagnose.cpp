@@ -6,6 +6,8 @@
 #include <iterator>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "data/format.hpp"
 
 namespace stoker {
@@ -349,12 +351,12 @@ Diagnosis diagnose(const LoaderStats& stats, const SystemInfo& system,
 
 Diagnosis diagnose(const LoaderStats& stats) { return diagnose(stats, probe_system()); }
 
-}  // namespace stoker
-
-fmt::format_context::iterator fmt::formatter<stoker::Diagnosis>::format(
-    const stoker::Diagnosis& d, fmt::format_context& ctx) const {
-  auto out = fmt::format_to(ctx.out(), "{}", d.summary);
-  if (!d.advice.empty()) out = fmt::format_to(out, "\n  advice: {}", d.advice);
-  for (const std::string& line : d.findings) out = fmt::format_to(out, "\n  - {}", line);
+std::string to_string(const Diagnosis& d) {
+  std::string out = d.summary;
+  if (!d.advice.empty()) out += "\n  advice: " + d.advice;
+  for (const std::string& line : d.findings) out += "\n  - " + line;
   return out;
 }
+
+}  // namespace stoker
+

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "data/format.hpp"
 #include "ipc/ring.hpp"
@@ -103,16 +106,13 @@ WorkerRecommendation recommend_num_workers(const SystemInfo& s, std::size_t per_
   return {tightest.workers, tightest.reason};
 }
 
-}  // namespace stoker
-
-fmt::format_context::iterator fmt::formatter<stoker::MemoryEstimate>::format(
-    const stoker::MemoryEstimate& e, fmt::format_context& ctx) const {
-  using stoker::detail::format_bytes;
-  auto out = ctx.out();
-  out = fmt::format_to(out, "memory estimate: {} workers, batches of {} x {} = {}\n", e.num_workers,
-                       e.batch_size, format_bytes(e.bytes_per_sample), format_bytes(e.batch_bytes));
+std::string to_string(const MemoryEstimate& e) {
+  using detail::format_bytes;
+  std::string out = fmt::format("memory estimate: {} workers, batches of {} x {} = {}\n",
+                                e.num_workers, e.batch_size, format_bytes(e.bytes_per_sample),
+                                format_bytes(e.batch_bytes));
   const auto row = [&](std::string_view what, std::string_view how, std::size_t bytes) {
-    out = fmt::format_to(out, "  {:<22}{:<24}{:>12}\n", what, how, format_bytes(bytes));
+    out += fmt::format("  {:<22}{:<24}{:>12}\n", what, how, format_bytes(bytes));
   };
   row("shared ring", fmt::format("{} slots x {}", e.num_slots, format_bytes(e.slot_bytes)),
       e.ring_bytes);
@@ -128,3 +128,5 @@ fmt::format_context::iterator fmt::formatter<stoker::MemoryEstimate>::format(
   row("rule of thumb", "(workers + 1) x batch", e.rule_of_thumb_bytes);
   return out;
 }
+
+}  // namespace stoker

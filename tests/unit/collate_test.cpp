@@ -34,7 +34,7 @@ class HeapBatchBuilder final : public BatchBuilder {
   Tensor alloc(std::string_view name, DType dtype, const Shape& shape) override {
     if (name.empty()) throw std::invalid_argument("HeapBatchBuilder::alloc: empty name");
     for (const Field& field : fields_) {
-      if (field.first == name) throw std::invalid_argument("HeapBatchBuilder::alloc: repeated");
+      if (field.name == name) throw std::invalid_argument("HeapBatchBuilder::alloc: repeated");
     }
     Tensor t = Tensor::empty(dtype, shape);
     std::memset(t.raw_data(), static_cast<int>(kUnwritten), t.nbytes());
@@ -60,7 +60,7 @@ class HeapBatchBuilder final : public BatchBuilder {
 
 std::vector<std::string> field_names(const std::vector<Field>& fields) {
   std::vector<std::string> names;
-  for (const Field& field : fields) names.push_back(field.first);
+  for (const Field& field : fields) names.push_back(field.name);
   return names;
 }
 

@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "stoker/fmt.hpp"
+
 #include "stoker/diagnose.hpp"
 
 using namespace stoker;

@@ -8,6 +8,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "stoker/fmt.hpp"
+
 #include "ipc/ring.hpp"
 #include "stoker/memory.hpp"
 #include "stoker/topology.hpp"
@@ -122,7 +124,8 @@ TEST_CASE("estimate_memory: the ring, the workers and the rule of thumb", "[memo
     REQUIRE(z.loader_bytes == z.ring_bytes + 150528);
   }
   SECTION("the table") {
-    const std::string table = fmt::format("{}", e);
+    const std::string table = fmt::format("{}", e);  // stoker/fmt.hpp
+    REQUIRE(table == stoker::to_string(e));
     REQUIRE_THAT(table, Catch::Contains("shared ring") && Catch::Contains("4 slots x") &&
                             Catch::Contains("workers") && Catch::Contains("rule of thumb") &&
                             Catch::Contains("(workers + 1) x batch"));

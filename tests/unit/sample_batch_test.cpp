@@ -20,7 +20,7 @@ using Catch::Contains;
 
 std::vector<std::string> field_names(const std::vector<Field>& fields) {
   std::vector<std::string> names;
-  for (const Field& field : fields) names.push_back(field.first);
+  for (const Field& field : fields) names.push_back(field.name);
   return names;
 }
 

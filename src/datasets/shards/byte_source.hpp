@@ -1,0 +1,43 @@
+// Sequential byte sources for streaming shards: a plain file from an offset, the output of a
+// "pipe:<command>" shard (run with /bin/sh -c), and, through libarchive, any of those
+// decompressed (.gz, .zst, .xz, .bz2, .lz4, detected from the bytes). Used by the formats'
+// cursors; a format parses the decompressed bytes itself (libarchive is only the decompressor).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace stoker::detail {
+
+class StreamSource {
+ public:
+  virtual ~StreamSource() = default;
+  // Up to dst.size() bytes; 0 only at the end. Blocks (a pipe waits for its writer). Throws
+  // stoker::Error naming the shard for a read error or corrupt compressed data.
+  virtual std::size_t read(std::span<std::byte> dst) = 0;
+  // Skips n bytes (seeks when it can); returns how many were skipped (fewer only at the end).
+  virtual std::uint64_t skip(std::uint64_t n);
+};
+
+// The bytes of `data` (which the caller keeps alive): tests and the fuzz target.
+std::unique_ptr<StreamSource> memory_source(std::span<const std::byte> data);
+
+// True for "pipe:<command>" shard names.
+bool is_pipe_shard(std::string_view name) noexcept;
+// True when the name ends in a compression suffix libarchive is asked to undo
+// (.gz .tgz .zst .tzst .xz .txz .bz2 .lz4).
+bool is_compressed_shard(std::string_view name) noexcept;
+// Whether this build has libarchive (compressed shards need it; plain files and pipes not).
+bool have_libarchive() noexcept;
+
+// The shard `name` as a byte stream: a file from byte `offset` (plain files only), a pipe's
+// output, decompressed when is_compressed_shard(). `who` starts messages. Throws stoker::Error
+// naming the shard when it cannot be opened, or needs libarchive and this build has none.
+std::unique_ptr<StreamSource> open_stream_source(const std::string& name, std::uint64_t offset,
+                                                 std::string_view who);
+
+}  // namespace stoker::detail

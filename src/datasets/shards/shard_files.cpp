@@ -1,0 +1,103 @@
+#include "datasets/shards/shard_files.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "stoker/errors.hpp"
+
+namespace stoker::detail {
+namespace {
+constexpr std::size_t kFirstReadahead = 64 * 1024;
+constexpr std::size_t kMaxReadahead = 1024 * 1024;
+// A read starting at most this far past the previous one's end counts as sequential: the next
+// record of a tar shard starts after its header and padding.
+constexpr std::uint64_t kSequentialGap = 16 * 1024;
+}  // namespace
+
+ShardFiles::ShardFiles(std::size_t max_open) : max_open_(max_open) {
+  if (max_open == 0) {
+    throw std::invalid_argument(
+        "ShardOptions::max_open_shards: 0 files cannot read a shard; give 1 or more (default 64)");
+  }
+}
+
+int ShardFiles::fd(std::size_t shard, const std::string& path) {
+  const auto found = open_.find(shard);
+  if (found != open_.end()) {
+    lru_.splice(lru_.begin(), lru_, found->second.lru);
+    return found->second.fd.get();
+  }
+  if (open_.size() >= max_open_) {
+    const std::size_t victim = lru_.back();
+    lru_.pop_back();
+    open_.erase(victim);
+    if (victim == window_shard_) window_shard_ = ~std::size_t{0};
+  }
+  posix::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    throw Error(fmt::format("cannot open shard {}: {}; check that it still exists", path,
+                            posix::errno_message("open", errno)));
+  }
+  lru_.push_front(shard);
+  Open& entry = open_[shard];
+  entry.fd = std::move(fd);
+  entry.lru = lru_.begin();
+  return entry.fd.get();
+}
+
+std::span<const std::byte> ShardFiles::read(std::size_t shard, const std::string& path,
+                                            std::uint64_t offset, std::size_t size) {
+  // INV-WINDOW: window_ holds bytes [window_begin_, window_begin_ + window_bytes_) of
+  // window_shard_ (nothing when window_shard_ is ~0).
+  if (shard == window_shard_ && offset >= window_begin_ &&
+      offset - window_begin_ <= window_bytes_ && size <= window_bytes_ - (offset - window_begin_)) {
+    last_end_ = offset + size;
+    return std::span<const std::byte>(window_).subspan(
+        static_cast<std::size_t>(offset - window_begin_), size);
+  }
+  const bool sequential =
+      shard == window_shard_ && offset >= last_end_ && offset - last_end_ <= kSequentialGap;
+  readahead_ = sequential ? std::min(std::max(readahead_ * 2, kFirstReadahead), kMaxReadahead) : 0;
+  const std::size_t want = std::max(size, readahead_);
+  if (window_.size() < want) window_.resize(want);
+  const int descriptor = fd(shard, path);
+  window_shard_ = ~std::size_t{0};
+  std::size_t done = 0;
+  while (done < want) {
+    ++read_calls_;
+    const ssize_t n =
+        ::pread(descriptor, window_.data() + done, want - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      throw Error(fmt::format("cannot read shard {} at byte {}: {}", path, offset + done,
+                              posix::errno_message("pread", errno)));
+    }
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  if (done < size) {
+    throw Error(fmt::format(
+        "shard {} ends at byte {}, before the {} bytes its index says are at byte {}: it "
+        "changed after it was indexed (or was cut short); delete its .idx file to index it again",
+        path, offset + done, size, offset));
+  }
+  window_shard_ = shard;
+  window_begin_ = offset;
+  window_bytes_ = done;
+  last_end_ = offset + size;
+  if (sequential && readahead_ == kMaxReadahead) {
+    // Reading front to back: ask the kernel for the next window now, so the disk works while
+    // this one is used (on a cold page cache a window otherwise waits for its own read).
+    (void)::posix_fadvise(descriptor, static_cast<off_t>(offset + done),
+                          static_cast<off_t>(kMaxReadahead), POSIX_FADV_WILLNEED);
+  }
+  return std::span<const std::byte>(window_).first(size);
+}
+
+}  // namespace stoker::detail
