@@ -6,7 +6,9 @@ stoker_required_packages=(
   build-essential cmake pkg-config
   libfmt-dev libspdlog-dev catch2 libhwloc-dev
   libturbojpeg0-dev libpng-dev  # ImageFolderDataset
-  zlib1g-dev                    # MnistDataset's .gz files
+  zlib1g-dev libzstd-dev nlohmann-json3-dev  # TFRecord (gzip) and MDS readers
+  libbz2-dev libbrotli-dev libssl-dev libxxhash-dev  # MDS bz2/br shards and shard hashes
+  zstd                          # the MDS tests write zstd-compressed shards
   dataset-fashion-mnist         # the MnistDataset test on real files (skipped when absent)
   openmpi-bin                   # the mpirun test of DistributedSampler::from_env
   libopenmpi-dev                # the mpirun equal-batches test of record shards (MPI_Allreduce)

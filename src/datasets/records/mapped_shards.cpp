@@ -1,0 +1,33 @@
+#include "datasets/records/mapped_shards.hpp"
+
+#include <stdexcept>
+
+namespace stoker::detail {
+
+MappedShards::MappedShards(std::size_t capacity) : capacity_(capacity) {
+  if (capacity == 0) {
+    throw std::invalid_argument("ShardOptions::max_open_shards is 0; it must be at least 1");
+  }
+}
+
+std::shared_ptr<const MappedFile> MappedShards::get(std::size_t shard, const std::string& path,
+                                                    const char* who) const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (shard == last_) return last_file_;  // consecutive records of one shard: no table lookup
+  auto it = open_.find(shard);
+  if (it != open_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second.lru);
+  } else {
+    if (open_.size() >= capacity_) {
+      open_.erase(lru_.back());
+      lru_.pop_back();
+    }
+    lru_.push_front(shard);
+    it = open_.emplace(shard, Entry{MappedFile::open(path, who), lru_.begin()}).first;
+  }
+  last_ = shard;
+  last_file_ = it->second.file;
+  return last_file_;
+}
+
+}  // namespace stoker::detail
