@@ -3,8 +3,8 @@
 # runs ctest twice: an optimised build and an AddressSanitizer + UndefinedBehaviorSanitizer
 # build, both with warnings as errors. The `stress`-labelled soak test runs in both (a few
 # seconds in release); --no-stress leaves it out. Then scripts/fuzz.sh runs every libFuzzer
-# target for 20 s where clang++ is installed (skipped with a message otherwise); --no-fuzz
-# leaves it out.
+# target for STOKER_FUZZ_SECONDS (default 10) s where clang++ is installed (skipped with a
+# message otherwise); --no-fuzz leaves it out.
 #
 #   scripts/test.sh            both builds, then the fuzz targets
 #   scripts/test.sh release    one build (release or asan)
@@ -36,6 +36,6 @@ for preset in "${presets[@]}"; do
   ctest --preset "$preset" "${label_args[@]}"
 done
 if [ $fuzz -eq 1 ]; then
-  scripts/fuzz.sh --seconds 20
+  scripts/fuzz.sh --seconds "${STOKER_FUZZ_SECONDS:-10}"
 fi
 echo "=== stoker: all tests passed (${presets[*]})"
