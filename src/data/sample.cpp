@@ -44,7 +44,7 @@ Sample& Sample::set(std::string_view name, Tensor tensor) {
   // Room for a typical sample's fields at the first set(): growing 1 -> 2 -> 4 moved every
   // field and cost two more allocations per sample.
   if (fields_.capacity() == 0) fields_.reserve(4);
-  fields_.emplace_back(std::string(name), std::move(tensor));
+  fields_.push_back(Field{std::string(name), std::move(tensor)});
   return *this;
 }
 
@@ -104,7 +104,7 @@ Batch Batch::clone() const {
   owned->indices.assign(indices_.begin(), indices_.end());
   std::vector<Field> fields;
   fields.reserve(fields_.size());
-  for (const Field& field : fields_) fields.emplace_back(field.name, field.tensor.clone());
+  for (const Field& field : fields_) fields.push_back(Field{field.name, field.tensor.clone()});
   const std::span<const std::size_t> indices(owned->indices);
   return Batch(std::move(fields), indices, epoch_, index_, std::move(owned), rows_);
 }

@@ -110,8 +110,8 @@ std::vector<Field> read_field_table(const std::byte* table, std::size_t table_by
           fmt::format("field '{}' at {} of {} bytes", name, record.offset, record.nbytes));
     }
     const Shape shape(std::span<const std::int64_t>(dims, record.ndim));
-    fields.emplace_back(std::move(name), Tensor::view(dtype, shape, base + record.offset,
-                                                      std::shared_ptr<const void>(keeper)));
+    fields.push_back(Field{std::move(name), Tensor::view(dtype, shape, base + record.offset,
+                                                         std::shared_ptr<const void>(keeper))});
   }
   return fields;
 }
