@@ -1,7 +1,8 @@
 // ImageFolderDataset: torchvision's ImageFolder layout, root/<class>/<image>. Each image is
-// decoded (libturbojpeg, libpng), resized so its shorter side is `resize`, center-cropped and,
-// with random_flip, mirrored with probability 1/2 drawn from sample_rng(). Eight 64 x 48 images,
-// dark left and bright right, show the flips. Built only when CMake found both codecs.
+// decoded (stoker::vision: libjpeg-turbo, libpng), resized so its shorter side is `resize`
+// (torchvision's Resize, Pillow's pixels), center-cropped and, with random_flip, mirrored with
+// probability 1/2 drawn from sample_rng(): the Options preset of a vision::Pipeline. Eight
+// 64 x 48 images, dark left and bright right, show the flips. Built only with the codecs.
 #include <png.h>
 #include <turbojpeg.h>
 

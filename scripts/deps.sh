@@ -5,7 +5,8 @@
 stoker_required_packages=(
   build-essential cmake pkg-config
   libfmt-dev libspdlog-dev catch2 libhwloc-dev
-  libturbojpeg0-dev libpng-dev  # ImageFolderDataset
+  libjpeg62-turbo-dev libpng-dev libwebp-dev  # stoker::vision (JPEG, PNG, WebP)
+  libturbojpeg0-dev             # the image tests write JPEGs with TurboJPEG
   zlib1g-dev libzstd-dev nlohmann-json3-dev  # TFRecord (gzip) and MDS readers
   libbz2-dev libbrotli-dev libssl-dev libxxhash-dev  # MDS bz2/br shards and shard hashes
   zstd                          # the MDS tests write zstd-compressed shards
@@ -14,6 +15,7 @@ stoker_required_packages=(
   libopenmpi-dev                # the mpirun equal-batches test of record shards (MPI_Allreduce)
   libarchive-dev                # compressed record shards (.tar.gz, .tar.zst)
   python3-numpy  # tests cross-check .npy files written by NumPy
+  python3-pil python3-torchvision  # the vision parity tests compare with torchvision
   libtorch-dev   # examples/libtorch_interop and dlpack_layout_check (skipped when absent)
   clang libclang-rt-14-dev  # the libFuzzer targets, scripts/fuzz.sh (skipped when absent)
 )

@@ -3,8 +3,12 @@
 //
 //   stoker-bench --workload {tiny,image,cpu} --workers N --epochs E --warmup W [--persistent]
 //                [--prefetch P] [--samples S] [--no-stats] [--consumer-us U]
-//   stoker-bench --workload folder --data DIR ...   ImageFolderDataset: decode, resize 256,
-//                                                   center crop 224, random flip; batch 64
+//   stoker-bench --workload folder --data DIR [--pipeline val|train] [--mode exact|fast] ...
+//                ImageFolderDataset, batch 64, with the vision::Pipeline val (default:
+//                Resize(256), CenterCrop(224), RandomHorizontalFlip) or train
+//                (RandomResizedCrop(224), RandomHorizontalFlip), uint8 CHW, exact or fast mode
+//   stoker-bench --workload decode --data DIR ...   the same files, only decoded (full size,
+//                                                   vision::decode): what any loader pays
 //   stoker-bench --workload tokens --data FILE ...  TokenDataset over a raw uint16 shard: S random
 //                                                   1,024-token windows (int64), batch 32
 //   stoker-bench --memcpy      single-thread memcpy bandwidth of image-sized batches (9.6 MB)
@@ -48,14 +52,17 @@ struct Args {
   std::size_t samples = 0;  // 0: the workload's default
   int consumer_us = 0;
   std::string data;
+  std::string pipeline = "val";
+  std::string mode = "exact";
   bool memcpy_only = false;
   std::string command;
 };
 
 constexpr const char* kUsage =
-    "usage: stoker-bench --workload {tiny,image,cpu,folder,tokens} [--data PATH] --workers N "
-    "--epochs E --warmup W [--persistent] [--prefetch P] [--samples S] [--no-stats] "
-    "[--consumer-us U]\n       stoker-bench --memcpy\n";
+    "usage: stoker-bench --workload {tiny,image,cpu,folder,decode,tokens} [--data PATH] "
+    "[--pipeline val|train] [--mode exact|fast] --workers N --epochs E --warmup W "
+    "[--persistent] [--prefetch P] [--samples S] [--no-stats] [--consumer-us U]\n"
+    "       stoker-bench --memcpy\n";
 
 [[noreturn]] void usage(const std::string& problem) {
   std::fprintf(stderr, "stoker-bench: %s\n%s", problem.c_str(), kUsage);
@@ -85,9 +92,15 @@ Args parse(int argc, char** argv) {
     if (flag == "--workload") {
       a.workload = value();
       if (a.workload != "tiny" && a.workload != "image" && a.workload != "cpu" &&
-          a.workload != "folder" && a.workload != "tokens") {
-        usage("--workload must be tiny, image, cpu, folder or tokens");
+          a.workload != "folder" && a.workload != "decode" && a.workload != "tokens") {
+        usage("--workload must be tiny, image, cpu, folder, decode or tokens");
       }
+    } else if (flag == "--pipeline") {
+      a.pipeline = value();
+      if (a.pipeline != "val" && a.pipeline != "train") usage("--pipeline must be val or train");
+    } else if (flag == "--mode") {
+      a.mode = value();
+      if (a.mode != "exact" && a.mode != "fast") usage("--mode must be exact or fast");
     } else if (flag == "--data") {
       a.data = value();
     } else if (flag == "--samples") {
@@ -116,7 +129,8 @@ Args parse(int argc, char** argv) {
     }
   }
   if (a.persistent && a.workers == 0) usage("--persistent needs --workers 1 or more");
-  if ((a.workload == "folder" || a.workload == "tokens") && a.data.empty()) {
+  if ((a.workload == "folder" || a.workload == "decode" || a.workload == "tokens") &&
+      a.data.empty()) {
     usage("--workload " + a.workload + " needs --data (bench/compare/run.sh generates it)");
   }
   return a;
@@ -220,6 +234,7 @@ struct Plan {
   std::shared_ptr<stoker::Sampler> sampler;
   std::function<double(std::size_t)> expected_last;  // the checksum term of sample `last`
   std::function<bool(const stoker::Batch&)> check;   // real data: is this batch plausible
+  std::string extra;                                 // more JSON fields: ", \"name\": value"
 };
 
 template <class D>
@@ -318,14 +333,14 @@ int run(const Args& a, D dataset, const Plan& plan) {
       "\"bytes_per_epoch\": {}, \"epoch_s\": [{:.6f}], \"first_batch_ms\": [{:.3f}], "
       "\"first_batch_median_ms\": {:.3f}, \"first_batch_cold_ms\": {:.3f}, "
       "\"samples_per_s\": {:.1f}, \"mb_per_s\": {:.1f}, \"cpu_us_per_sample\": {:.3f}, "
-      "\"peak_pss_mb\": {:.1f}, \"consumer_us\": {}, \"checksum\": {:.1f}, \"checksum_ok\": {}, "
+      "\"peak_pss_mb\": {:.1f}, \"consumer_us\": {}, \"checksum\": {:.1f}, \"checksum_ok\": {}{}, "
       "\"command\": \"{}\"}}\n",
       a.persistent ? "persistent" : "default", a.workload, a.workers, plan.batch_size, a.prefetch,
       samples_per_epoch, bytes_per_epoch, fmt::join(epoch_s, ", "), fmt::join(first_batch_ms, ", "),
       sorted_first[sorted_first.size() / 2], first_batch_cold_ms,
       static_cast<double>(samples_per_epoch) / median,
       static_cast<double>(bytes_per_epoch) / median / 1e6, cpu / total_samples * 1e6, peak_pss,
-      a.consumer_us, checksum, ok ? "true" : "false", a.command);
+      a.consumer_us, checksum, ok ? "true" : "false", plan.extra, a.command);
   return ok ? 0 : 1;
 }
 
@@ -342,27 +357,38 @@ int run_synthetic(const Args& a, D dataset, std::size_t batch_size, bool drop_la
   return run(a, std::move(dataset), plan);
 }
 
-// The real image pipeline: decode, resize the shorter side to 256, center-crop 224, random
-// horizontal flip; shuffled, batch 64 (torchvision's ImageFolder with the same transforms is
-// what bench/compare sets it against).
-int run_folder(const Args& a) {
-  stoker::ImageFolderDataset::Options o;
-  o.resize = 256;
-  o.crop = 224;
-  o.random_flip = true;
-  stoker::ImageFolderDataset dataset(a.data, o);
-  const auto classes = static_cast<std::int64_t>(dataset.classes().size());
-  Plan plan;
+// Shuffled; --samples S takes S random images per epoch.
+void image_sampling(const Args& a, std::size_t n, Plan& plan) {
   plan.batch_size = 64;
-  // Shuffled; --samples S takes S random images per epoch.
   if (a.samples != 0) {
     stoker::RandomSampler::Options so;
     so.num_samples = a.samples;
     so.seed = 42;
-    plan.sampler = std::make_shared<stoker::RandomSampler>(dataset.size(), so);
+    plan.sampler = std::make_shared<stoker::RandomSampler>(n, so);
   } else {
     plan.shuffle = true;
   }
+}
+
+// The real image pipelines: val (decode, resize the shorter side to 256, center-crop 224,
+// random horizontal flip) or train (RandomResizedCrop(224), random flip); shuffled, batch 64
+// (torchvision's ImageFolder with the same transforms is what bench/compare sets it against).
+int run_folder(const Args& a) {
+  namespace vision = stoker::vision;
+  vision::Pipeline pipeline;
+  if (a.pipeline == "train") {
+    pipeline.then(vision::RandomResizedCrop(224)).then(vision::RandomHorizontalFlip());
+  } else {
+    pipeline.then(vision::Resize(256))
+        .then(vision::CenterCrop(224))
+        .then(vision::RandomHorizontalFlip());
+  }
+  pipeline.mode(a.mode == "fast" ? vision::Mode::kFast : vision::Mode::kExact);
+  stoker::ImageFolderDataset dataset(a.data, pipeline);
+  const auto classes = static_cast<std::int64_t>(dataset.classes().size());
+  Plan plan;
+  image_sampling(a, dataset.size(), plan);
+  plan.extra = fmt::format(", \"pipeline\": \"{}\", \"mode\": \"{}\"", a.pipeline, a.mode);
   plan.check = [classes](const stoker::Batch& b) {
     const stoker::Tensor& image = b["image"];
     const stoker::Tensor& label = b["label"];
@@ -372,6 +398,45 @@ int run_folder(const Args& a) {
     }
     return image.dim() == 4 && image.size(1) == 3 && image.size(2) == 224 && image.size(3) == 224;
   };
+  return run(a, std::move(dataset), plan);
+}
+
+// Decoding alone: the folder's files read and decoded at full size (vision::decode, the same
+// libjpeg-turbo settings as the pipelines), giving only their size and label: the floor under
+// any pipeline over these files.
+struct DecodeOnly {
+  std::vector<std::pair<std::string, std::int64_t>> files;
+  std::size_t size() const { return files.size(); }
+  stoker::Sample get(std::size_t i) const {
+    thread_local std::vector<std::uint8_t> bytes;
+    thread_local stoker::vision::Image image;
+    std::FILE* f = std::fopen(files[i].first.c_str(), "rb");
+    if (f == nullptr) throw stoker::Error("stoker-bench: cannot open " + files[i].first);
+    bytes.resize(1 << 16);
+    std::size_t used = 0;
+    for (;;) {
+      if (bytes.size() < used + 65536) bytes.resize(used + 65536);
+      const std::size_t n = std::fread(bytes.data() + used, 1, bytes.size() - used, f);
+      used += n;
+      if (n == 0) break;
+    }
+    std::fclose(f);
+    stoker::vision::decode_into(std::span<const std::uint8_t>(bytes.data(), used), {}, image,
+                                files[i].first);
+    stoker::Sample s;
+    s.set("size", stoker::Tensor::from<std::int64_t>({image.height, image.width}));
+    s.set("label", stoker::Tensor::scalar<std::int64_t>(files[i].second));
+    return s;
+  }
+};
+
+int run_decode(const Args& a) {
+  const stoker::ImageFolderDataset listing(a.data);
+  DecodeOnly dataset{listing.files()};
+  Plan plan;
+  image_sampling(a, dataset.size(), plan);
+  plan.extra = ", \"pipeline\": \"decode\", \"mode\": \"full size\"";
+  plan.check = [](const stoker::Batch& b) { return b["size"].data<std::int64_t>()[0] > 0; };
   return run(a, std::move(dataset), plan);
 }
 
@@ -411,6 +476,7 @@ int main(int argc, char** argv) {
     if (a.workload == "image") return run_synthetic(a, stoker::bench::ImageDataset{}, 64, false);
     if (a.workload == "cpu") return run_synthetic(a, stoker::bench::CpuDataset{}, 32, false);
     if (a.workload == "folder") return run_folder(a);
+    if (a.workload == "decode") return run_decode(a);
     return run_tokens(a);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "stoker-bench: %s\n", e.what());

@@ -122,3 +122,7 @@ command="bench/compare/run.sh"
   --elapsed "$elapsed" --command "$command" --doc docs/benchmarks.md --svg docs/benchmarks.svg \
   --readme README.md
 echo "== done in ${elapsed}s: docs/benchmarks.md, docs/benchmarks.svg, README.md ==" >&2
+# stoker::vision's pipelines against torchvision: their own section of docs/benchmarks.md.
+vision_flag=()
+[ "$quick" = 1 ] && vision_flag=(--quick)
+bench/compare/vision.sh "${vision_flag[@]}"

@@ -3,6 +3,7 @@
 
   torch_bench.py --workload {tiny,image,cpu,folder,tokens} [--data PATH] --workers N
                  --epochs E --warmup W [--persistent] [--prefetch P] [--samples S]
+                 [--pipeline val|train]
 
 The datasets mirror tools/bench_workloads.hpp and stoker-bench's real pipelines: same sample
 shapes, dtypes, values, batch sizes and per-sample busy work. The figures and the JSON fields are
@@ -86,18 +87,19 @@ class TokenWindows(Dataset):
         return {"input": chunk[:-1], "target": chunk[1:]}
 
 
-def folder_dataset(root):
+def folder_dataset(root, pipeline):
     import torchvision
     from torchvision import transforms
-    # stoker's ImageFolderDataset: shorter side to 256 (bilinear), center crop 224, random
-    # flip, uint8 [3, 224, 224]. PILToTensor keeps uint8 like stoker (ToTensor would also
-    # convert to float32 and scale, extra work stoker does not do).
-    transform = transforms.Compose([
-        transforms.Resize(256),
-        transforms.CenterCrop(224),
-        transforms.RandomHorizontalFlip(),
-        transforms.PILToTensor(),
-    ])
+    # stoker's ImageFolderDataset with the same vision::Pipeline: val is the shorter side to 256
+    # (bilinear), center crop 224, random flip; train is RandomResizedCrop(224), random flip;
+    # uint8 [3, 224, 224]. PILToTensor keeps uint8 like stoker (ToTensor would also convert to
+    # float32 and scale, extra work stoker does not do here).
+    if pipeline == "train":
+        steps = [transforms.RandomResizedCrop(224)]
+    else:
+        steps = [transforms.Resize(256), transforms.CenterCrop(224)]
+    transform = transforms.Compose(steps + [transforms.RandomHorizontalFlip(),
+                                            transforms.PILToTensor()])
     return torchvision.datasets.ImageFolder(root, transform=transform)
 
 
@@ -150,6 +152,7 @@ def main():
     p.add_argument("--persistent", action="store_true")
     p.add_argument("--prefetch", type=int, default=2)
     p.add_argument("--samples", type=int, default=0)
+    p.add_argument("--pipeline", choices=["val", "train"], default="val")
     a = p.parse_args()
     if a.persistent and a.workers == 0:
         p.error("--persistent needs --workers 1 or more")
@@ -168,7 +171,7 @@ def main():
     elif a.workload == "cpu":
         dataset, batch_size = CpuDataset(a.samples or 6400), 32
     elif a.workload == "folder":
-        dataset, batch_size = folder_dataset(a.data), 64
+        dataset, batch_size = folder_dataset(a.data, a.pipeline), 64
         # Shuffled; --samples S takes S random images per epoch.
         sampler = RandomSampler(dataset, num_samples=a.samples or len(dataset),
                                 generator=torch.Generator().manual_seed(42))
@@ -236,6 +239,7 @@ def main():
         "mb_per_s": round(bytes_per_epoch / median / 1e6, 1),
         "cpu_us_per_sample": round(cpu / (samples_per_epoch * a.epochs) * 1e6, 3),
         "peak_pss_mb": round(peak_pss, 1), "checksum": checksum, "checksum_ok": True,
+        **({"pipeline": a.pipeline, "mode": "torchvision"} if a.workload == "folder" else {}),
         "command": command}))
 
 

@@ -12,6 +12,7 @@
 #include "stoker/errors.hpp"
 #include "stoker/image_folder_dataset.hpp"
 #include "stoker/mds_dataset.hpp"
+#include "stoker/image_list_dataset.hpp"
 #include "stoker/memory.hpp"
 #include "stoker/mixture_dataset.hpp"
 #include "stoker/mnist_dataset.hpp"
@@ -29,4 +30,5 @@
 #include "stoker/token_dataset.hpp"
 #include "stoker/topology.hpp"
 #include "stoker/webdataset.hpp"
+#include "stoker/vision.hpp"
 #include "stoker/worker_info.hpp"

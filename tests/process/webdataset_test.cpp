@@ -227,7 +227,7 @@ TEST_CASE("ShardWriter shards round-trip every field, and their index is the rea
   ShardWriter writer(wo);
   for (int i = 0; i < 40; ++i) {
     Sample s;
-    s.set("jpg", Tensor::from(std::vector<std::uint8_t>(static_cast<std::size_t>(100 + i),
+    s.set("bin", Tensor::from(std::vector<std::uint8_t>(static_cast<std::size_t>(100 + i),
                                                         static_cast<std::uint8_t>(i))));
     s.set("cls", Tensor::scalar<std::int32_t>(i % 7));
     s.set("emb", Tensor::from<float>({static_cast<float>(i), 0.5f, -1.0f}, Shape{3, 1}));
@@ -248,8 +248,8 @@ TEST_CASE("ShardWriter shards round-trip every field, and their index is the rea
   REQUIRE(ds.size() == 40);
   for (std::size_t i = 0; i < 40; ++i) {
     const Sample s = ds.get(i);
-    REQUIRE(s["jpg"].numel() == 100 + i);
-    REQUIRE(s["jpg"].data<std::uint8_t>()[0] == i);
+    REQUIRE(s["bin"].numel() == 100 + i);
+    REQUIRE(s["bin"].data<std::uint8_t>()[0] == i);
     REQUIRE(s["cls"].item<std::int64_t>() == static_cast<std::int64_t>(i % 7));
     const Tensor& emb = s["emb.npy"];
     REQUIRE(emb.dtype() == DType::kFloat32);

@@ -1,0 +1,160 @@
+// Pipeline planning: torchvision's transforms, applied in order to a virtual image described by
+// the stage being built (a crop box of the stage's input, an optional resize, a window of the
+// result and a flip), are folded into as few stages as keep torchvision's pixels. A new stage
+// starts (the current one is "materialised") only where fusing would change pixels: a resize of
+// something already resized, cropped or flipped (Pillow's filter clamps at the image's edges);
+// colour jitter (it needs the whole image, e.g. contrast's mean); non-constant padding.
+#include "vision/plan.hpp"
+
+#include <type_traits>
+
+namespace stoker::vision::detail {
+namespace {
+
+Rect full(Size size) { return Rect{0, 0, size.width, size.height}; }
+
+bool inside(const Rect& r, Size size) {
+  return r.x >= 0 && r.y >= 0 && r.x + r.width <= size.width && r.y + r.height <= size.height;
+}
+
+class Planner {
+ public:
+  Planner(Plan& plan, Size input) : plan_(plan), size_(input) { start(input); }
+
+  Size size() const { return size_; }
+
+  // A stage whose output is its input, unchanged.
+  void start(Size input) {
+    cur_ = Stage{};
+    cur_.box = full(input);
+    cur_.window = full(input);
+  }
+  void materialise(const Between& next = Between{}) {
+    plan_.stages.push_back(cur_);
+    plan_.between.push_back(next);
+    start(size_);
+  }
+  bool untouched() const { return !cur_.resize && !cur_.flip && cur_.window == full(cur_.base()); }
+  bool window_is_base() const { return cur_.window == full(cur_.base()); }
+
+  void resize(Size target, Interpolation interpolation) {
+    if (target == size_) return;  // torchvision returns the image itself
+    if (!untouched()) materialise();
+    cur_.resize = true;
+    cur_.resized = target;
+    cur_.interpolation = interpolation;
+    cur_.window = full(target);
+    size_ = target;
+  }
+
+  // Crops r (in the virtual image's coordinates; beyond it: `fill`).
+  void crop(Rect r, std::array<std::uint8_t, 3> fill = {0, 0, 0}) {
+    if (r == full(size_)) return;
+    const bool pads = !inside(r, size_);
+    // Padding is fused only onto a window that is still the whole (resized) box: then what
+    // lies outside the virtual image lies outside the box, and is fill.
+    if (pads && !window_is_base()) materialise();
+    if (pads) cur_.fill = fill;
+    if (cur_.flip) r.x = size_.width - (r.x + r.width);
+    cur_.window = Rect{cur_.window.x + r.x, cur_.window.y + r.y, r.width, r.height};
+    size_ = Size{r.height, r.width};
+  }
+
+  void resized_crop(Rect box, Size target, Interpolation interpolation) {
+    if (!cur_.resize && !cur_.flip && inside(cur_.window, cur_.base())) {
+      // A crop of a crop of the stage's input.
+      cur_.box = Rect{cur_.box.x + cur_.window.x + box.x, cur_.box.y + cur_.window.y + box.y,
+                      box.width, box.height};
+    } else {
+      materialise();
+      cur_.box = box;
+    }
+    cur_.resize = true;
+    cur_.resized = target;
+    cur_.interpolation = interpolation;
+    cur_.window = full(target);
+    size_ = target;
+  }
+
+  void flip() { cur_.flip = !cur_.flip; }
+
+  void between(const Between& b) { materialise(b); }
+
+  void pad(Padding p, PaddingMode mode) {
+    Between b;
+    b.kind = Between::Kind::kPad;
+    b.padding = p;
+    b.mode = mode;
+    between(b);
+    size_ = Size{size_.height + p.top + p.bottom, size_.width + p.left + p.right};
+    start(size_);
+  }
+
+  void finish() {
+    plan_.stages.push_back(cur_);
+    plan_.output = size_;
+  }
+
+ private:
+  Plan& plan_;
+  Size size_;
+  Stage cur_;
+};
+
+}  // namespace
+
+void make_plan(const std::vector<Transform>& transforms, Size input, Generator* rng, Plan& plan,
+               Trace* trace) {
+  plan.stages.clear();
+  plan.between.clear();
+  if (trace != nullptr) {
+    *trace = Trace{};
+    trace->decoded = input;
+  }
+  Planner p(plan, input);
+  for (const Transform& transform : transforms) {
+    std::visit(
+        [&](const auto& t) {
+          using T = std::decay_t<decltype(t)>;
+          if constexpr (std::is_same_v<T, Resize>) {
+            p.resize(t.output_size(p.size()), t.interpolation);
+          } else if constexpr (std::is_same_v<T, CenterCrop>) {
+            p.crop(t.box(p.size()));
+          } else if constexpr (std::is_same_v<T, RandomResizedCrop>) {
+            const Rect box = t.sample(*rng, p.size());
+            if (trace != nullptr) trace->boxes.push_back(box);
+            p.resized_crop(box, t.size, t.interpolation);
+          } else if constexpr (std::is_same_v<T, RandomCrop>) {
+            const Padding pad = t.total_padding(p.size());
+            const bool pads = pad.left + pad.top + pad.right + pad.bottom > 0;
+            Size padded = p.size();
+            padded.width += pad.left + pad.right;
+            padded.height += pad.top + pad.bottom;
+            const Rect box = t.sample(*rng, padded);
+            if (trace != nullptr) trace->boxes.push_back(box);
+            if (pads && t.padding_mode == PaddingMode::kConstant) {
+              p.crop(Rect{box.x - pad.left, box.y - pad.top, box.width, box.height}, t.fill);
+            } else {
+              if (pads) p.pad(pad, t.padding_mode);
+              p.crop(box);
+            }
+          } else if constexpr (std::is_same_v<T, RandomHorizontalFlip>) {
+            const bool flipped = t.sample(*rng);
+            if (trace != nullptr) trace->flips.push_back(flipped);
+            if (flipped) p.flip();
+          } else if constexpr (std::is_same_v<T, ColorJitter>) {
+            Between b;
+            b.kind = Between::Kind::kJitter;
+            b.jitter = t.sample(*rng);
+            if (trace != nullptr) trace->jitters.push_back(b.jitter);
+            p.between(b);
+          } else {
+            static_assert(std::is_same_v<T, Normalize>);  // applied by the output conversion
+          }
+        },
+        transform);
+  }
+  p.finish();
+}
+
+}  // namespace stoker::vision::detail
