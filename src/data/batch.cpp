@@ -49,7 +49,7 @@ Batch Batch::clone() const {
   owned->indices.assign(indices_.begin(), indices_.end());
   std::vector<Field> fields;
   fields.reserve(fields_.size());
-  for (const Field& field : fields_) fields.emplace_back(field.name, field.tensor.clone());
+  for (const Field& field : fields_) fields.push_back(Field{field.name, field.tensor.clone()});
   const std::span<const std::size_t> indices(owned->indices);
   return Batch(detail::BatchParts{std::move(fields), indices, epoch_, index_, std::move(owned),
                                   rows_, false});

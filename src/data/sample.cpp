@@ -42,7 +42,7 @@ Sample& Sample::set(std::string_view name, Tensor tensor) {
   // Room for a typical sample's fields at the first set(): growing 1 -> 2 -> 4 moved every
   // field and cost two more allocations per sample.
   if (fields_.capacity() == 0) fields_.reserve(4);
-  fields_.emplace_back(std::string(name), std::move(tensor));
+  fields_.push_back(Field{std::string(name), std::move(tensor)});
   return *this;
 }
 
