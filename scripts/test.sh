@@ -3,7 +3,7 @@
 # runs ctest twice: an optimised build and an AddressSanitizer + UndefinedBehaviorSanitizer
 # build, both with warnings as errors. The `stress`-labelled soak test runs in both (a few
 # seconds in release); --no-stress leaves it out. Then scripts/fuzz.sh runs every libFuzzer
-# target for STOKER_FUZZ_SECONDS (default 10) s where clang++ is installed (skipped with a
+# target for STOKER_FUZZ_SECONDS (default 5) s where clang++ is installed (skipped with a
 # message otherwise); --no-fuzz leaves it out.
 #
 #   scripts/test.sh            both builds, then the fuzz targets
