@@ -121,22 +121,13 @@ bool LoaderCore::Impl::progress_possible() noexcept {
 void LoaderCore::Impl::wait(Clock::time_point wait_start, bool held_blocked,
                             Clock::time_point& warned_at) {
   if (spin_until([&] { return progress_possible(); }, kMainSpin)) return;
-  Doorbell& bell = ring().control().main_doorbell;
-  bell.sleeping.store(1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // E: see Doorbell
-  if (progress_possible()) {
-    bell.sleeping.store(0, std::memory_order_relaxed);
-    return;
-  }
   const Clock::time_point now = Clock::now();
   milliseconds limit{-1};
   if (options.timeout.count() > 0) {
     const auto left = std::chrono::ceil<milliseconds>(wait_start + options.timeout - now);
     if (left.count() <= 0) {
-      bell.sleeping.store(0, std::memory_order_relaxed);
-      if (held_blocked) {
-        throw held_timeout(now - wait_start);
-      }
+      if (progress_possible()) return;  // it came as the time ran out
+      if (held_blocked) throw held_timeout(now - wait_start);
       timed_out(now - wait_start);
     }
     limit = left;
@@ -151,6 +142,17 @@ void LoaderCore::Impl::wait(Clock::time_point wait_start, bool held_blocked,
       limit = until_warning;
     }
   }
+  check_workers(sleep_for_progress(limit));
+}
+
+bool LoaderCore::Impl::sleep_for_progress(milliseconds limit) {
+  Doorbell& bell = ring().control().main_doorbell;
+  bell.sleeping.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // E: see Doorbell
+  if (progress_possible()) {
+    bell.sleeping.store(0, std::memory_order_relaxed);
+    return false;
+  }
   const bool pidfds = pool.watches_deaths();
   if (!pidfds && (limit.count() < 0 || limit > milliseconds(5))) {
     limit = milliseconds(5);  // no pidfds (Linux < 5.3): look for dead workers by polling
@@ -163,7 +165,7 @@ void LoaderCore::Impl::wait(Clock::time_point wait_start, bool held_blocked,
   for (std::size_t i = 1; ready > 0 && i < fds.size(); ++i) {
     exited = exited || fds[i].revents != 0;
   }
-  check_workers(exited);
+  return exited;
 }
 
 std::optional<Batch> LoaderCore::Impl::next_batch() {
@@ -236,8 +238,15 @@ std::optional<Batch> LoaderCore::Impl::fetch_batch(Clock::time_point start) {
     slots.reclaim(shared->held.get());
     issue();
     if (options.in_order || num_workers() == 0) current->skip_void_batches();
-    if (const std::optional<std::size_t> s =
-            slots.deliverable(current->id, resolved().ordered, current->next_in_order)) {
+    std::optional<std::size_t> s =
+        slots.deliverable(current->id, resolved().ordered, current->next_in_order);
+    if (!s && current->first_parts > 0 && current->next_in_order == 0) {
+      // A split batch 0 (dispatch.cpp): deliverable once every part is in.
+      const std::vector<std::size_t> parts =
+          slots.ready_parts(current->id, 0, current->first_parts);
+      if (!parts.empty()) s = join_split_first(parts);
+    }
+    if (s) {
       std::optional<Batch> batch = deliver(*s);
       if (!batch) continue;  // every sample of it was skipped
       issue();               // refill the slot the consumer just freed, before it starts computing

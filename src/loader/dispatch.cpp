@@ -1,6 +1,11 @@
 // LoaderCore::Impl, dispatch: which batch goes to which worker (INV-ORDER-1 with in_order;
 // the least loaded otherwise), the task written into a free slot, recycling workers under
 // max_batches_per_worker, loading in-process when num_workers == 0, and collecting results.
+//
+// A fresh iterator's batch 0 is split across the workers (issue_split_first): worker j loads
+// part j, in order, so the first batch comes after about one batch's work / num_workers instead
+// of a whole batch's. Part 0's slot (the host) has fields sized for the whole batch; delivery
+// copies the other parts' rows into it (delivery.cpp). From batch 1 on, INV-ORDER-1 as always.
 
 #include "loader/loader_impl.hpp"
 
@@ -14,8 +19,21 @@
 
 namespace stoker::detail {
 
-void LoaderCore::Impl::write_task(std::size_t s, const EpochPlan& plan, std::size_t k) {
-  const std::span<const std::size_t> indices = plan.batch(k);
+void LoaderCore::Impl::write_task(std::size_t s, const EpochPlan& plan, std::size_t k,
+                                  std::uint32_t part) {
+  // A part j > 0 of a split batch 0 carries its own samples; the host (part 0) carries all of
+  // them and loads its first ones (SlotHeader::num_to_load).
+  std::span<const std::size_t> indices = plan.batch(k);
+  std::size_t to_load = 0;
+  if (part != kWholeBatch) {
+    const std::size_t begin = plan.part_begin(part);
+    const std::size_t end = plan.part_begin(part + 1);
+    if (part == 0) {
+      to_load = end;
+    } else {
+      indices = indices.subspan(begin, end - begin);
+    }
+  }
   memory->ensure(s, Ring::payload_start(indices.size()));
   SlotHeader& header = ring().header(s);
   header.plan = plan.id;
@@ -23,14 +41,16 @@ void LoaderCore::Impl::write_task(std::size_t s, const EpochPlan& plan, std::siz
   header.epoch = plan.epoch;
   header.seed = options.seed;
   header.num_indices = indices.size();
+  header.num_to_load = to_load;
+  header.report_memory = k == 0 && preflight.awaiting_first_batch() ? 1 : 0;
   header.status = SlotStatus::kEmpty;
   if (!indices.empty()) std::memcpy(ring().indices(s), indices.data(), indices.size_bytes());
-  slots.issue(s, plan.id, k);
+  slots.issue(s, plan.id, k, part);
 }
 
-void LoaderCore::Impl::send_task(std::size_t c, std::size_t s, const EpochPlan& plan,
-                                 std::size_t k) {
-  write_task(s, plan, k);
+void LoaderCore::Impl::send_task(std::size_t c, std::size_t s, const EpochPlan& plan, std::size_t k,
+                                 std::uint32_t part) {
+  write_task(s, plan, k, part);
   ++pool.channel(c).issued;
   ++pool.channel(c).outstanding;
   pool.push_task(c, s);
@@ -98,12 +118,42 @@ std::optional<std::size_t> LoaderCore::Impl::channel_for(const EpochPlan& plan, 
   return best;
 }
 
+bool LoaderCore::Impl::issue_split_first(EpochPlan& plan) {
+  // Only for the current plan of a fresh iterator (a prefetched next epoch's batch 0 is ready
+  // long before it is asked for), with every worker taking part, and with the default stacking
+  // collate, whose rows can be joined (a user collate may combine samples).
+  const std::size_t rows = plan.batch(0).size();
+  const std::size_t parts = std::min(num_workers(), rows);
+  if (&plan != &*current || plan.iterable || parts < 2 || !options.in_order || options.collate ||
+      resolved().skip_samples || plan.done[0] != 0) {
+    return false;
+  }
+  for (std::size_t p = 0; p < parts; ++p) {
+    const std::size_t c = pool.channel_of_worker(p);
+    if (!pool.channel(c).running() || pool.channel(c).retiring || !slots.free_slot(c)) {
+      return false;
+    }
+  }
+  plan.first_parts = parts;
+  for (std::size_t p = 0; p < parts; ++p) {
+    const std::size_t c = pool.channel_of_worker(p);
+    send_task(c, *slots.free_slot(c), plan, 0, static_cast<std::uint32_t>(p));
+  }
+  return true;
+}
+
 void LoaderCore::Impl::issue() {
   if (num_workers() == 0 || pool.running() == 0) return;
   for (EpochPlan* plan = plan_to_issue(); plan != nullptr; plan = plan_to_issue()) {
     const std::size_t k = plan->issued;
     if (!plan->iterable && plan->done[k] != 0) {
       ++plan->issued;  // delivered before a resume: not loaded again
+      continue;
+    }
+    // Until the first batch has measured the samples for the memory check, only batch 0.
+    if (k > 0 && plan == &*current && preflight.awaiting_first_batch()) return;
+    if (k == 0 && issue_split_first(*plan)) {
+      ++plan->issued;
       continue;
     }
     if (plan->iterable && options.in_order && plan->exhausted[k % num_workers()] != 0) {
@@ -124,6 +174,7 @@ bool LoaderCore::Impl::load_inline() {
   if (plan.fully_issued()) return false;
   const std::optional<std::size_t> s = slots.free_slot(0);
   if (!s) return false;
+  if (plan.issued > 0 && preflight.awaiting_first_batch()) return false;
   write_task(*s, plan, plan.issued);
   ++plan.issued;
   inline_error = nullptr;
@@ -153,7 +204,8 @@ bool LoaderCore::Impl::collect() noexcept {
       slots.set_phase(s, Phase::kIssued, live ? Phase::kReady : Phase::kFree);
       if (collector.enabled() && live && ring().header(s).status == SlotStatus::kOk) {
         collector.on_batch_loaded(pool.channel(c).position, pool.channel(c).process.pid(),
-                                  ring().header(s));
+                                  ring().header(s),
+                                  slots[s].part == kWholeBatch || slots[s].part == 0);
       }
       any = true;
     }

@@ -99,7 +99,8 @@ void LoaderCore::Impl::begin_epoch() {
       }
     }
     if (current->has_batches()) {
-      preflight.check();
+      // A fresh epoch's first batch can measure the samples for the memory check itself.
+      preflight.check(current->issued == 0 && !current->iterable && current->done[0] == 0);
       ensure_ring();
       drop_stale_ready();  // keeps what was prefetched for this plan, now current
       if (num_workers() > 0) {
@@ -123,6 +124,15 @@ void LoaderCore::Impl::begin_epoch() {
   collector.begin_epoch(shared ? num_workers() : 0, epoch, now_ns());
   last_health_log = epoch_start;
   oom.reset();
+  if (preflight.awaiting_first_batch()) {
+    try {
+      await_first_batch();
+    } catch (...) {
+      next_epoch = epoch;  // the same epoch again at the next begin(), checked before forking
+      current.reset();
+      throw;
+    }
+  }
 }
 
 void LoaderCore::Impl::abandon_current() noexcept {

@@ -109,15 +109,49 @@ MemoryEstimate Preflight::estimate() {
   return estimate(r.num_workers, options_.batch_size, sample_bytes().value_or(0));
 }
 
-void Preflight::check() {
+void Preflight::check(bool may_wait_for_first_batch) {
   if (checked_) return;
   const ResolvedOptions& r = resolve();
-  const std::optional<std::size_t> bytes = sample_bytes();
-  if (bytes && options_.check_memory) {
-    check_memory(*bytes, options_.memory_limit ? SystemInfo{} : probe_system());
+  if (!options_.check_memory && r.pinning == Pinning::kNone) {
+    checked_ = true;  // nothing needs the bytes per sample
+    return;
   }
-  if (bytes && r.pinning != Pinning::kNone) check_pinned(*bytes);
+  const bool known = options_.sample_bytes > 0 || measured_sample_bytes_.has_value();
+  if (!known && may_wait_for_first_batch && probe_.sample_bytes && !probe_failed_ &&
+      !options_.collate) {
+    awaiting_first_batch_ = true;
+    return;
+  }
+  if (const std::optional<std::size_t> bytes = sample_bytes()) run_checks(*bytes);
   checked_ = true;
+}
+
+void Preflight::check_first_batch(std::optional<std::size_t> bytes,
+                                  std::optional<std::size_t> worker_base) {
+  awaiting_first_batch_ = false;
+  if (!bytes) {
+    probe_failed_ = true;
+    checked_ = true;
+    try {
+      logger().warn(
+          "stoker: could not measure the bytes per sample (the first batch threw, crashed or "
+          "did not come), so the loader's memory is not checked; give "
+          "LoaderOptions::sample_bytes to check it");
+    } catch (...) {
+    }
+    return;
+  }
+  measured_sample_bytes_ = bytes;
+  if (worker_base && *worker_base > 0) measured_worker_base_ = worker_base;
+  run_checks(*bytes);
+  checked_ = true;
+}
+
+void Preflight::run_checks(std::size_t bytes) {
+  if (options_.check_memory) {
+    check_memory(bytes, options_.memory_limit ? SystemInfo{} : probe_system());
+  }
+  if (resolved_->pinning != Pinning::kNone) check_pinned(bytes);
 }
 
 // Refuses, before forking, a loader whose locked memory would pass the pinned allocator's

@@ -27,8 +27,16 @@ class Preflight {
   const ResolvedOptions& resolve();
   bool is_resolved() const noexcept { return resolved_.has_value(); }
   // Before the first epoch forks: the memory and pinned checks, until one passes (a failure
-  // is thrown again by the next begin()). Throws MemoryBudgetError or PinnedMemoryError.
-  void check();
+  // is thrown again by the next begin()). Throws MemoryBudgetError or PinnedMemoryError. When
+  // the bytes per sample are not known yet and `may_wait_for_first_batch` (a fresh epoch of a
+  // map-style dataset with the default collate), it measures nothing now and the check waits
+  // for the epoch's first batch instead (awaiting_first_batch()): those samples are loaded
+  // once, by the workers, not also by a probe process.
+  void check(bool may_wait_for_first_batch);
+  bool awaiting_first_batch() const noexcept { return awaiting_first_batch_; }
+  // The first batch's figures: bytes per sample (empty: no part of it loaded) and the largest
+  // private memory of a worker after it (empty: unknown). Then the checks, as check().
+  void check_first_batch(std::optional<std::size_t> bytes, std::optional<std::size_t> worker_base);
   // The estimate of the resolved loader (resolving it first).
   MemoryEstimate estimate();
   // The estimate for another worker count or batch size, with this loader's other options.
@@ -39,6 +47,7 @@ class Preflight {
 
  private:
   std::chrono::milliseconds probe_timeout() const;
+  void run_checks(std::size_t bytes);
   void check_memory(std::size_t bytes, const SystemInfo& system);
   void check_pinned(std::size_t bytes);
 
@@ -50,6 +59,7 @@ class Preflight {
   std::optional<std::size_t> measured_worker_base_;  // the probe process's private memory
   bool probe_failed_ = false;
   bool checked_ = false;
+  bool awaiting_first_batch_ = false;
 };
 
 }  // namespace stoker::detail

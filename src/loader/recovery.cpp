@@ -75,7 +75,7 @@ void LoaderCore::Impl::worker_died(std::size_t c) {
 }
 
 void LoaderCore::Impl::respawn(std::size_t c) {
-  const std::vector<std::pair<std::uint64_t, std::uint64_t>> lost = slots.take_issued(c);
+  const std::vector<LostTask> lost = slots.take_issued(c);
   const bool was_retiring = pool.channel(c).retiring;
   try {
     pool.spawn_on(c, pool.channel(c).position);
@@ -83,8 +83,10 @@ void LoaderCore::Impl::respawn(std::size_t c) {
     fail_epoch();  // the lost batches cannot be reloaded: end the epoch, clearly
     throw;
   }
-  for (const auto& [plan_id, k] : lost) {
-    if (EpochPlan* plan = live_plan(plan_id)) send_task(c, *slots.free_slot(c), *plan, k);
+  for (const LostTask& task : lost) {
+    if (EpochPlan* plan = live_plan(task.plan)) {
+      send_task(c, *slots.free_slot(c), *plan, task.batch, task.part);
+    }
   }
   if (was_retiring) {
     pool.channel(c).retiring = true;

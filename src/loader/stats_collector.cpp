@@ -191,8 +191,8 @@ void StatsCollector::begin_epoch(std::size_t num_workers, std::uint64_t epoch,
   cpu_at_start_ = read_cpu_times();
 }
 
-void StatsCollector::on_batch_loaded(std::size_t worker, pid_t pid,
-                                     const SlotHeader& header) noexcept {
+void StatsCollector::on_batch_loaded(std::size_t worker, pid_t pid, const SlotHeader& header,
+                                     bool whole) noexcept {
   if (!enabled_ || header.end_ns < header.start_ns) return;
   const std::uint64_t busy = header.end_ns - header.start_ns;
   std::vector<WorkerAccum>* into = &workers_;
@@ -209,7 +209,7 @@ void StatsCollector::on_batch_loaded(std::size_t worker, pid_t pid,
   }
   if (worker < into->size()) {
     WorkerAccum& w = (*into)[worker];
-    ++w.batches;
+    w.batches += whole ? 1U : 0U;
     w.samples += header.num_kept;
     w.busy_ns += busy;
     if (header.stages_timed != 0) {

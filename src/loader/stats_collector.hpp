@@ -62,7 +62,10 @@ class StatsCollector {
   // A new epoch: the per-worker figures, window and occupancy start over.
   void begin_epoch(std::size_t num_workers, std::uint64_t epoch, std::uint64_t now_ns);
   // A loading process published the batch in `header` (worker id `worker`, process `pid`).
-  void on_batch_loaded(std::size_t worker, pid_t pid, const SlotHeader& header) noexcept;
+  // `whole` is false for a part of a split batch 0 other than its host: its samples and time
+  // count for the worker, its batch for the host's.
+  void on_batch_loaded(std::size_t worker, pid_t pid, const SlotHeader& header,
+                       bool whole = true) noexcept;
   // The consumer asked for a batch and `ready` were waiting in the ring.
   void on_request(std::size_t ready, std::uint64_t now_ns);
   // Batch `index` was handed to the consumer after a wait of [start, end).

@@ -25,8 +25,6 @@ using namespace stoker::detail;
 
 namespace {
 
-using Lost = std::vector<std::pair<std::uint64_t, std::uint64_t>>;
-
 // Held flags as the loader keeps them: one per slot, set while a Batch holds it.
 std::unique_ptr<std::atomic<bool>[]> held_flags(std::size_t n) {
   auto held = std::make_unique<std::atomic<bool>[]>(n);
@@ -136,8 +134,11 @@ TEST_CASE("SlotTable: take_issued gives a channel's issued batches back in order
   advance(t, 6, 1, 30, Phase::kIssued);
   advance(t, 7, 2, 7, Phase::kIssued);
   advance(t, 0, 2, 8, Phase::kIssued);  // another channel's
-  const Lost lost = t.take_issued(1);
-  CHECK(lost == Lost{{1, 30}, {2, 7}, {2, 9}});
+  const std::vector<LostTask> lost = t.take_issued(1);
+  REQUIRE(lost.size() == 3);
+  CHECK((lost[0].plan == 1 && lost[0].batch == 30 && lost[0].part == kWholeBatch));
+  CHECK((lost[1].plan == 2 && lost[1].batch == 7));
+  CHECK((lost[2].plan == 2 && lost[2].batch == 9));
   CHECK(t[4].phase == Phase::kFree);
   CHECK(t[5].phase == Phase::kReady);
   CHECK(t[6].phase == Phase::kFree);
