@@ -178,6 +178,14 @@ std::optional<Batch> LoaderCore::Impl::next_batch() {
     }
   } timer{*this, start};
   std::optional<Batch> batch = fetch_batch(start);
+  if (batch && depth.adaptive() && num_workers() > 0) {
+    const std::uint64_t end = now_ns();
+    const auto begun = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count());
+    std::uint64_t blocked = 0;
+    for (const std::uint64_t b : blocked_ns) blocked += b;
+    depth.on_delivery(end > begun ? end - begun : 0, blocked, num_workers(), end);
+  }
   if (batch) {
     ++stats.batches;
     stats.samples += batch->size();
@@ -214,9 +222,22 @@ LoaderStats LoaderCore::Impl::public_stats() const {
                           : std::chrono::duration<double>(end - epoch_start).count();
   out.skipped_samples = skipped_this_epoch;
   out.respawns = respawns_this_epoch;
+  // The slots the loader may use now: a channel per worker, as deep as the prefetch depth.
   collector.fill(out, shared ? pool.pids_by_worker() : std::vector<pid_t>{},
-                 shared ? ring().num_slots() : 0);
-  if (shared) out.ring_bytes = ring_committed_bytes(ring());
+                 shared ? std::max<std::size_t>(num_workers(), 1) * depth.depth() : 0);
+  if (shared) {
+    out.ring_bytes = ring_committed_bytes(ring());
+    for (WorkerStats& w : out.workers) {
+      if (w.worker_id < num_workers()) {
+        w.blocked_seconds =
+            static_cast<double>(blocked_ns[pool.channel_of_worker(w.worker_id)]) * 1e-9;
+      }
+    }
+  }
+  out.prefetch_adaptive = depth.adaptive();
+  out.prefetch_depth = depth.depth();
+  out.prefetch_depth_limit = depth.limit();
+  out.prefetch_at_limit = depth.at_limit();
   return out;
 }
 
@@ -259,6 +280,7 @@ std::optional<Batch> LoaderCore::Impl::fetch_batch(Clock::time_point start) {
     }
     if (num_workers() == 0 && load_inline()) continue;
     const bool held_blocked = blocked_by_held_batches();
+    if (held_blocked && depth.grow_for_held()) continue;  // the consumer keeps batches: deeper
     if (held_blocked && count_threads() <= 1) throw held_timeout(std::nullopt);
     wait(start, held_blocked, warned_at);
   }

@@ -359,4 +359,3 @@ std::string to_string(const Diagnosis& d) {
 }
 
 }  // namespace stoker
-

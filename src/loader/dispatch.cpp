@@ -51,6 +51,11 @@ void LoaderCore::Impl::write_task(std::size_t s, const EpochPlan& plan, std::siz
 void LoaderCore::Impl::send_task(std::size_t c, std::size_t s, const EpochPlan& plan, std::size_t k,
                                  std::uint32_t part) {
   write_task(s, plan, k, part);
+  if (idle_since_ns[c] != 0) {  // the worker had nothing to load since then: its slots were full
+    const std::uint64_t now = now_ns();
+    blocked_ns[c] += now > idle_since_ns[c] ? now - idle_since_ns[c] : 0;
+    idle_since_ns[c] = 0;
+  }
   ++pool.channel(c).issued;
   ++pool.channel(c).outstanding;
   pool.push_task(c, s);
@@ -102,7 +107,7 @@ std::optional<std::size_t> LoaderCore::Impl::channel_for(const EpochPlan& plan, 
     const std::size_t p = k % num_workers();
     maybe_recycle(p);
     const std::size_t c = pool.channel_of_worker(p);
-    return slots.free_slot(c) ? std::optional<std::size_t>(c) : std::nullopt;
+    return slot_for(c) ? std::optional<std::size_t>(c) : std::nullopt;
   }
   // Whichever worker has a free slot and the least work queued, so a slow worker gets less.
   std::optional<std::size_t> best;
@@ -110,12 +115,17 @@ std::optional<std::size_t> LoaderCore::Impl::channel_for(const EpochPlan& plan, 
     if (plan.iterable && plan.exhausted[p] != 0) continue;
     maybe_recycle(p);
     const std::size_t c = pool.channel_of_worker(p);
-    if (slots.free_slot(c) &&
-        (!best || pool.channel(c).outstanding < pool.channel(*best).outstanding)) {
+    if (slot_for(c) && (!best || pool.channel(c).outstanding < pool.channel(*best).outstanding)) {
       best = c;
     }
   }
   return best;
+}
+
+std::optional<std::size_t> LoaderCore::Impl::slot_for(std::size_t c) const noexcept {
+  // INV-SLOT-2 with the prefetch depth: at most depth() slots of a channel in flight.
+  if (slots.in_use(c) >= depth.depth()) return std::nullopt;
+  return slots.free_slot(c);
 }
 
 bool LoaderCore::Impl::issue_split_first(EpochPlan& plan) {
@@ -130,14 +140,14 @@ bool LoaderCore::Impl::issue_split_first(EpochPlan& plan) {
   }
   for (std::size_t p = 0; p < parts; ++p) {
     const std::size_t c = pool.channel_of_worker(p);
-    if (!pool.channel(c).running() || pool.channel(c).retiring || !slots.free_slot(c)) {
+    if (!pool.channel(c).running() || pool.channel(c).retiring || !slot_for(c)) {
       return false;
     }
   }
   plan.first_parts = parts;
   for (std::size_t p = 0; p < parts; ++p) {
     const std::size_t c = pool.channel_of_worker(p);
-    send_task(c, *slots.free_slot(c), plan, 0, static_cast<std::uint32_t>(p));
+    send_task(c, *slot_for(c), plan, 0, static_cast<std::uint32_t>(p));
   }
   return true;
 }
@@ -162,7 +172,7 @@ void LoaderCore::Impl::issue() {
     }
     const std::optional<std::size_t> c = channel_for(*plan, k);
     if (!c) return;
-    send_task(*c, *slots.free_slot(*c), *plan, k);
+    send_task(*c, *slot_for(*c), *plan, k);
     if (plan->iterable) plan->last_issued[pool.channel(*c).position] = k + 1;
     ++plan->issued;
   }
@@ -172,7 +182,7 @@ bool LoaderCore::Impl::load_inline() {
   EpochPlan& plan = *current;
   while (!plan.iterable && !plan.fully_issued() && plan.done[plan.issued] != 0) ++plan.issued;
   if (plan.fully_issued()) return false;
-  const std::optional<std::size_t> s = slots.free_slot(0);
+  const std::optional<std::size_t> s = slot_for(0);
   if (!s) return false;
   if (plan.issued > 0 && preflight.awaiting_first_batch()) return false;
   write_task(*s, plan, plan.issued);
@@ -199,7 +209,7 @@ bool LoaderCore::Impl::collect() noexcept {
       STOKER_ASSERT(slots.channel_of(s) == c && slots[s].phase == Phase::kIssued,
                     "INV-SLOT-1: a worker returns only the slots it was given");
       if (slots.channel_of(s) != c || slots[s].phase != Phase::kIssued) continue;
-      --pool.channel(c).outstanding;
+      if (--pool.channel(c).outstanding == 0) idle_since_ns[c] = ring().header(s).end_ns;
       const bool live = live_plan(slots[s].plan) != nullptr;
       slots.set_phase(s, Phase::kIssued, live ? Phase::kReady : Phase::kFree);
       if (collector.enabled() && live && ring().header(s).status == SlotStatus::kOk) {

@@ -125,7 +125,8 @@ void LoaderCore::Impl::await_first_batch() {
         fail_epoch();
         throw;
       }
-      issue();  // the check passed: the workers go on past batch 0
+      depth.set_limit(preflight.depth_limit());  // the check has chosen it
+      issue();                                   // the check passed: the workers go on past batch 0
       return;
     }
     if (num_workers() == 0) {

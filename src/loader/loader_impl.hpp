@@ -35,6 +35,7 @@
 #include "loader/epoch_plan.hpp"
 #include "loader/fault_report.hpp"
 #include "loader/loader_state.hpp"
+#include "loader/prefetch_depth.hpp"
 #include "loader/preflight.hpp"
 #include "loader/resolved_options.hpp"
 #include "loader/ring_lease.hpp"
@@ -84,6 +85,11 @@ struct LoaderCore::Impl {
   StatsCollector collector;       // the rest of stats(), the trace
   StagePolicy inline_stages;      // num_workers == 0: which batches to time stage by stage
   BatchPinning pinning;
+  PrefetchDepth depth;  // how many slots of a channel may be in flight
+  // Per channel: when its worker ran out of tasks (the end of its last batch; 0 while it has
+  // one), and how long it has waited for one this epoch (its slots were all in flight).
+  std::vector<std::uint64_t> idle_since_ns;
+  std::vector<std::uint64_t> blocked_ns;
   Clock::time_point last_health_log{};
 
   Impl(LoaderOptions o, std::function<std::size_t()> size, ProduceFn p, DatasetProbe dp);
@@ -137,6 +143,8 @@ struct LoaderCore::Impl {
   // Issues batch k of `plan` into slot s of channel c (a kFree slot of a running worker).
   void send_task(std::size_t c, std::size_t s, const EpochPlan& plan, std::size_t k,
                  std::uint32_t part = kWholeBatch);
+  // A free slot of channel c that the prefetch depth lets it use.
+  std::optional<std::size_t> slot_for(std::size_t c) const noexcept;
   // A fresh iterator's batch 0, split across the workers when it can be: true when issued so.
   bool issue_split_first(EpochPlan& plan);
 

@@ -152,6 +152,22 @@ bool SlotTable::all_held(std::size_t c) const noexcept {
   return true;
 }
 
+std::size_t SlotTable::in_use(std::size_t c) const noexcept {
+  std::size_t n = 0;
+  for (std::size_t s = c * per_channel_; s < (c + 1) * per_channel_; ++s) {
+    n += slots_[s].phase != Phase::kFree ? 1U : 0U;
+  }
+  return n;
+}
+
+std::size_t SlotTable::held(std::size_t c) const noexcept {
+  std::size_t n = 0;
+  for (std::size_t s = c * per_channel_; s < (c + 1) * per_channel_; ++s) {
+    n += slots_[s].phase == Phase::kHeld ? 1U : 0U;
+  }
+  return n;
+}
+
 std::size_t SlotTable::count(Phase phase) const noexcept {
   return static_cast<std::size_t>(std::count_if(
       slots_.begin(), slots_.end(), [phase](const SlotState& s) { return s.phase == phase; }));

@@ -95,6 +95,9 @@ class SlotTable {
   bool pending(std::uint64_t plan) const noexcept;
   // Whether every slot of channel c is kHeld.
   bool all_held(std::size_t c) const noexcept;
+  // Slots of channel c that are not kFree (in flight: issued, ready or held), and those kHeld.
+  std::size_t in_use(std::size_t c) const noexcept;
+  std::size_t held(std::size_t c) const noexcept;
   std::size_t count(Phase phase) const noexcept;
   std::size_t count_ready(std::uint64_t plan) const noexcept;
 

@@ -443,6 +443,6 @@ TEST_CASE("bad options are rejected when the loader is built", "[loader][options
   REQUIRE_THROWS_WITH(DataLoader(IndexDataset{}, opt),
                       Catch::Contains("num_workers is -2") && Catch::Contains("kAuto"));
   opt.num_workers = 2;
-  opt.prefetch_factor = 0;
+  opt.prefetch_factor = kMaxPrefetchFactor + 1;  // 0 is kAdaptivePrefetch, the default
   REQUIRE_THROWS_WITH(DataLoader(IndexDataset{}, opt), Catch::Contains("prefetch_factor"));
 }
