@@ -254,7 +254,8 @@ std::optional<Batch> LoaderCore::Impl::fetch_batch(Clock::time_point start) {
     // loop can sleep; wait() returns as soon as either finds more.
     collect();
     if (first && collector.enabled())
-      collector.on_request(slots.count_ready(current->id), now_ns());
+      collector.on_request(slots.count_ready(current->id),
+                           std::max<std::size_t>(num_workers(), 1) * depth.depth(), now_ns());
     first = false;
     slots.reclaim(shared->held.get());
     issue();

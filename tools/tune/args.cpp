@@ -34,7 +34,9 @@ constexpr const char* kUsage =
     "  --epochs N                   time N whole epochs per setting (after one warm-up epoch)\n"
     "                               instead of --seconds\n"
     "  --max-workers N              progressive: the most workers to try (default 2x cores)\n"
-    "  --prefetch P                 prefetch_factor (default 2)\n"
+    "  --prefetch LIST              prefetch_factor values, e.g. 0,2,8 (0: adaptive, the\n"
+    "                               default); grid: every one; progressive: the first for the\n"
+    "                               search, the others at its best setting\n"
     "  --simulate-work-us N         add N us of CPU work per sample, like augmentation\n"
     "  --json                       print JSON on stdout (the table goes to stderr)\n"
     "  --svg FILE                   write a chart of throughput and memory against workers\n";
@@ -135,8 +137,11 @@ Args parse_args(int argc, char** argv) {
     } else if (flag == "--max-workers") {
       a.max_workers = static_cast<int>(parse_whole(flag, value(), 1, stoker::kMaxWorkers));
     } else if (flag == "--prefetch") {
-      a.prefetch = static_cast<std::size_t>(
-          parse_whole(flag, value(), 1, static_cast<long>(stoker::kMaxPrefetchFactor)));
+      a.prefetches.clear();
+      for (const long p :
+           parse_list(flag, value(), 0, static_cast<long>(stoker::kMaxPrefetchFactor))) {
+        a.prefetches.push_back(static_cast<std::size_t>(p));
+      }
     } else if (flag == "--simulate-work-us") {
       a.simulate_work_us = parse_whole(flag, value(), 0, 10'000'000);
     } else if (flag == "--json") {

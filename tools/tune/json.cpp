@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "tune/tune.hpp"
 
@@ -65,40 +66,42 @@ std::string to_json(const Args& a, const Report& rep, const std::vector<Result>&
       json_optional(s.cgroup_limit.value));
   j += fmt::format(
       "  \"settings\": {{\"strategy\": {}, \"seconds\": {}, \"warmup_seconds\": {}, "
-      "\"epochs\": {}, \"prefetch_factor\": {}, "
+      "\"epochs\": {}, \"prefetch_factors\": [{}], "
       "\"simulate_work_us\": {}, \"within\": {}}},\n",
       json_string(a.strategy), a.epochs > 0 ? "null" : json_number(a.seconds),
       a.epochs > 0 ? "null" : json_number(a.warmup),
-      a.epochs > 0 ? std::to_string(a.epochs) : "null", a.prefetch, a.simulate_work_us,
-      json_number(kWithin));
+      a.epochs > 0 ? std::to_string(a.epochs) : "null", fmt::join(a.prefetches, ", "),
+      a.simulate_work_us, json_number(kWithin));
   j += "  \"results\": [\n";
   for (std::size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
     j += fmt::format(
-        "    {{\"num_workers\": {}, \"batch_size\": {}, \"ok\": {}, \"samples_per_s\": {}, "
+        "    {{\"num_workers\": {}, \"batch_size\": {}, \"prefetch_factor\": {}, \"ok\": {}, "
+        "\"samples_per_s\": {}, "
         "\"bytes_per_s\": {}, \"peak_pss_bytes\": {}, \"wait_fraction\": {}, "
         "\"cpu_busy_fraction\": {}, \"iowait_fraction\": {}, \"seconds\": {}, "
         "\"batches\": {}, \"samples\": {}, \"swap_rise_bytes\": {}, \"verdict\": {}, "
         "\"diagnosis\": {}, \"note\": {}, \"error\": {}}}{}\n",
-        r.setting.workers, r.setting.batch, r.ok ? "true" : "false", json_number(r.samples_per_s),
-        json_number(r.bytes_per_s), r.peak_pss, json_number(r.wait_fraction),
-        r.cpu_busy ? json_number(*r.cpu_busy) : "null", r.iowait ? json_number(*r.iowait) : "null",
-        json_number(r.seconds), r.batches, r.samples, r.swap_rise,
-        r.ok ? json_string(r.verdict) : "null", r.ok ? json_string(r.diagnosis) : "null",
-        json_string(r.note), r.ok ? "null" : json_string(r.error),
-        i + 1 < results.size() ? "," : "");
+        r.setting.workers, r.setting.batch, r.setting.prefetch, r.ok ? "true" : "false",
+        json_number(r.samples_per_s), json_number(r.bytes_per_s), r.peak_pss,
+        json_number(r.wait_fraction), r.cpu_busy ? json_number(*r.cpu_busy) : "null",
+        r.iowait ? json_number(*r.iowait) : "null", json_number(r.seconds), r.batches, r.samples,
+        r.swap_rise, r.ok ? json_string(r.verdict) : "null",
+        r.ok ? json_string(r.diagnosis) : "null", json_string(r.note),
+        r.ok ? "null" : json_string(r.error), i + 1 < results.size() ? "," : "");
   }
   j += "  ],\n";
   if (rec) {
     const Result& p = results[rec->index];
     const Result& b = results[rec->best];
     j += fmt::format(
-        "  \"recommendation\": {{\"num_workers\": {}, \"batch_size\": {}, \"samples_per_s\": {}, "
+        "  \"recommendation\": {{\"num_workers\": {}, \"batch_size\": {}, \"prefetch_factor\": "
+        "{}, \"samples_per_s\": {}, "
         "\"peak_pss_bytes\": {}, \"best_num_workers\": {}, \"best_batch_size\": {}, "
         "\"best_samples_per_s\": {}, \"ratio_to_best\": {}, \"reason\": {}, \"diagnosis\": "
         "{}}},\n",
-        p.setting.workers, p.setting.batch, json_number(p.samples_per_s), p.peak_pss,
-        b.setting.workers, b.setting.batch, json_number(b.samples_per_s),
+        p.setting.workers, p.setting.batch, p.setting.prefetch, json_number(p.samples_per_s),
+        p.peak_pss, b.setting.workers, b.setting.batch, json_number(b.samples_per_s),
         json_number(p.samples_per_s / b.samples_per_s), json_string(rec->reason),
         json_string(p.diagnosis));
   } else {

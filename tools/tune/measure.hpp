@@ -73,7 +73,7 @@ class Tuner {
     stoker::LoaderOptions opt;
     opt.batch_size = s.batch;
     opt.num_workers = s.workers;
-    opt.prefetch_factor = args_.prefetch;
+    opt.prefetch_factor = s.prefetch;
     // Workers stay across epochs, so a short dataset's epochs do not refork them.
     opt.persistent_workers = s.workers > 0;
     stoker::DataLoader loader(
@@ -83,8 +83,10 @@ class Tuner {
     const bool by_epochs = args_.epochs > 0;
     // Warm-up ends once the time has passed and every slot of the ring has been filled once
     // (the workers forked, their slots' pages faulted in).
-    const std::uint64_t warm_batches =
-        std::max<std::uint64_t>(1, static_cast<std::uint64_t>(s.workers) * args_.prefetch);
+    const std::uint64_t warm_batches = std::max<std::uint64_t>(
+        1,
+        static_cast<std::uint64_t>(s.workers) *
+            (s.prefetch == stoker::kAdaptivePrefetch ? stoker::kMinAdaptivePrefetch : s.prefetch));
     const Clock::time_point start = Clock::now();
     bool timed = false;
     bool done = false;

@@ -41,8 +41,10 @@ std::vector<Result> run_grid(const Measure& measure, const Args& a, std::size_t 
     batches.push_back(default_batch * 2);
   }
   std::vector<Result> results;
-  for (const std::size_t b : batches) {
-    for (const int w : workers) results.push_back(measure({w, b}));
+  for (const std::size_t p : a.prefetches) {
+    for (const std::size_t b : batches) {
+      for (const int w : workers) results.push_back(measure({w, b, p}));
+    }
   }
   return results;
 }
@@ -51,6 +53,7 @@ std::vector<Result> run_progressive(const Measure& measure, const Args& a, std::
                                     std::size_t default_batch) {
   std::vector<Result> results;
   const std::size_t batch0 = a.batches.empty() ? default_batch : a.batches.front();
+  const std::size_t prefetch0 = a.prefetches.front();
   const int start = std::max(1, static_cast<int>(std::lround(static_cast<double>(cores) / 4.0)));
   const int step = std::max(1, static_cast<int>(cores / 8));
   const int most = a.max_workers > 0 ? a.max_workers
@@ -59,7 +62,7 @@ std::vector<Result> run_progressive(const Measure& measure, const Args& a, std::
   // Workers: add until the gain is under 5%, throughput falls, or swap use rises.
   std::optional<std::size_t> best;  // index into results
   for (int w = std::min(start, most); w <= most; w += step) {
-    results.push_back(measure({w, batch0}));
+    results.push_back(measure({w, batch0, prefetch0}));
     Result& r = results.back();
     if (!r.ok) {
       r.note = "failed: stop";
@@ -92,7 +95,7 @@ std::vector<Result> run_progressive(const Measure& measure, const Args& a, std::
     for (int tries = 0; tries < 2; ++tries) {
       b = up ? b * 2 : b / 2;
       if (b < 1 || b > stoker::kMaxBatchSize) break;
-      results.push_back(measure({chosen, b}));
+      results.push_back(measure({chosen, b, prefetch0}));
       Result& r = results.back();
       if (!r.ok) {
         r.note = "failed: stop";
@@ -105,7 +108,28 @@ std::vector<Result> run_progressive(const Measure& measure, const Args& a, std::
       prev = results.size() - 1;
     }
   }
+
+  // The other prefetch_factor values at the fastest setting measured so far.
+  std::size_t fastest = base;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    if (results[i].ok && results[i].samples_per_s > results[fastest].samples_per_s) fastest = i;
+  }
+  const Setting at = results[fastest].setting;
+  for (std::size_t i = 1; i < a.prefetches.size(); ++i) {
+    results.push_back(measure({at.workers, at.batch, a.prefetches[i]}));
+    Result& r = results.back();
+    if (!r.ok) {
+      r.note = "failed";
+      continue;
+    }
+    const double gain = r.samples_per_s / results[fastest].samples_per_s - 1.0;
+    r.note = fmt::format("{:+.0f}% vs prefetch_factor={}", gain * 100, prefetch_text(at.prefetch));
+  }
   return results;
+}
+
+std::string prefetch_text(std::size_t prefetch) {
+  return prefetch == stoker::kAdaptivePrefetch ? std::string("adaptive") : std::to_string(prefetch);
 }
 
 }  // namespace stoker::tune

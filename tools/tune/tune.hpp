@@ -40,7 +40,9 @@ struct Args {
   double warmup = 0.5;
   int epochs = 0;  // > 0: time whole epochs instead of `seconds`
   int max_workers = 0;
-  std::size_t prefetch = 2;
+  // prefetch_factor values to try (0: kAdaptivePrefetch, the loader's default); the first is
+  // used for the worker and batch search, the others are tried at its recommended setting.
+  std::vector<std::size_t> prefetches{stoker::kAdaptivePrefetch};
   long simulate_work_us = 0;
   bool json = false;
   std::string svg;
@@ -89,7 +91,11 @@ class Progress {
 struct Setting {
   int workers = 0;
   std::size_t batch = 0;
+  std::size_t prefetch = stoker::kAdaptivePrefetch;  // 0: adaptive
 };
+
+// "adaptive" or the number.
+std::string prefetch_text(std::size_t prefetch);
 
 struct Result {
   Setting setting;
@@ -115,12 +121,13 @@ using Measure = std::function<Result(Setting)>;
 
 // ---- The searches (search.cpp) ----
 
-// Every --workers x --batch pair (defaults: 0, 1, 2, 4 .. 2 x cores workers; half, once and
-// twice `default_batch`).
+// Every --workers x --batch x --prefetch setting (defaults: 0, 1, 2, 4 .. 2 x cores workers;
+// half, once and twice `default_batch`; the adaptive prefetch).
 std::vector<Result> run_grid(const Measure& measure, const Args& a, std::size_t cores,
                              std::size_t default_batch);
 // Adds workers from a quarter of the cores until the gain is under kWithin, throughput falls or
-// swap use rises; then twice and half the batch size at that worker count.
+// swap use rises; then twice and half the batch size at that worker count; then each further
+// --prefetch value at the best setting so far.
 std::vector<Result> run_progressive(const Measure& measure, const Args& a, std::size_t cores,
                                     std::size_t default_batch);
 
