@@ -112,11 +112,13 @@ Metrics evaluate(const Model& model, stoker::DataLoader<Points>& val_loader) {
 // whether both behaved as described.
 bool held_batches(const Points& val_set) {
   stoker::LoaderOptions opt;
-  opt.batch_size = 128;
+  opt.batch_size = 64;  // 16 batches: more than the deepest prefetch (8 slots a worker)
   opt.num_workers = 1;
   stoker::DataLoader loader(val_set, opt);
 
-  std::vector<stoker::Batch> views;  // wrong: each element keeps its slot
+  // Wrong: each element keeps its slot. The adaptive prefetch depth grows to make room for the
+  // batches the program keeps, up to its limit; then the next batch has no slot.
+  std::vector<stoker::Batch> views;
   bool failed = false;
   try {
     for (const stoker::Batch& batch : loader) views.push_back(batch);

@@ -17,6 +17,7 @@ stoker_required_packages=(
   python3-numpy  # tests cross-check .npy files written by NumPy
   python3-pil python3-torchvision  # the vision parity tests compare with torchvision
   libtorch-dev   # examples/libtorch_interop and dlpack_layout_check (skipped when absent)
+  clang libclang-rt-14-dev  # the libFuzzer targets, scripts/fuzz.sh (skipped when absent)
 )
 
 stoker_install_deps() {

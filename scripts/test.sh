@@ -2,11 +2,14 @@
 # The test command: installs missing Debian packages (as root), then configures, builds and
 # runs ctest twice: an optimised build and an AddressSanitizer + UndefinedBehaviorSanitizer
 # build, both with warnings as errors. The `stress`-labelled soak test runs in both (a few
-# seconds in release); --no-stress leaves it out.
+# seconds in release); --no-stress leaves it out. Then scripts/fuzz.sh runs every libFuzzer
+# target for STOKER_FUZZ_SECONDS (default 5) s where clang++ is installed (skipped with a
+# message otherwise); --no-fuzz leaves it out.
 #
-#   scripts/test.sh            both builds
+#   scripts/test.sh            both builds, then the fuzz targets
 #   scripts/test.sh release    one build (release or asan)
 #   scripts/test.sh --no-stress  without the `stress`-labelled soak test
+#   scripts/test.sh --no-fuzz    without the fuzz targets
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -14,12 +17,14 @@ stoker_install_deps
 
 presets=()
 label_args=()
+fuzz=1
 for arg in "$@"; do
   case "$arg" in
     release|asan) presets+=("$arg") ;;
     --stress) label_args=() ;;  # the default; accepted for older instructions
     --no-stress) label_args=(-LE stress) ;;
-    *) echo "usage: scripts/test.sh [release|asan] [--no-stress]" >&2; exit 2 ;;
+    --no-fuzz) fuzz=0 ;;
+    *) echo "usage: scripts/test.sh [release|asan] [--no-stress] [--no-fuzz]" >&2; exit 2 ;;
   esac
 done
 [ ${#presets[@]} -gt 0 ] || presets=(release asan)
@@ -30,4 +35,7 @@ for preset in "${presets[@]}"; do
   cmake --build --preset "$preset"
   ctest --preset "$preset" "${label_args[@]}"
 done
+if [ $fuzz -eq 1 ]; then
+  scripts/fuzz.sh --seconds "${STOKER_FUZZ_SECONDS:-5}"
+fi
 echo "=== stoker: all tests passed (${presets[*]})"

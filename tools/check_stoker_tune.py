@@ -1,6 +1,6 @@
 """Checks stoker-tune end to end (registered with ctest by tools/CMakeLists.txt).
 
-usage: check_stoker_tune.py {grid,progressive,sources,work,bad_flags} STOKER_TUNE WORKDIR
+usage: check_stoker_tune.py {grid,progressive,sources,work,prefetch,bad_flags} STOKER_TUNE WORKDIR
                             [RSVG_CONVERT] [images]
 
 grid / progressive: a short run on the tiny workload; the JSON must carry every key, each
@@ -9,7 +9,8 @@ the SVG must parse as XML with two panels, a line per batch size and a legend, a
 PNG when rsvg-convert is given. sources: a .npy file, a token shard and (with `images`) an
 image folder, written here, each tuned briefly. work: --epochs times whole epochs, and
 --simulate-work-us 200 (at most 5,000 samples/s per worker) lowers the measured throughput far
-below the same setting without it. bad_flags: each bad command line exits 2 with the usage.
+below the same setting without it. prefetch: --prefetch sweeps prefetch_factor in both
+searches. bad_flags: each bad command line exits 2 with the usage.
 """
 import json
 import os
@@ -210,6 +211,31 @@ def check_work(tool):
              (rates[200], rates[0]))
 
 
+def check_prefetch(tool):
+    """--prefetch sweeps prefetch_factor: the grid measures every value, the progressive search
+    tries the others at its best setting; the JSON and the table name each."""
+    args = ["--workload", "tiny", "--strategy", "grid", "--workers", "1", "--batch", "64",
+            "--prefetch", "0,2,8", "--seconds", "0.2", "--warmup", "0.05", "--json"]
+    p = run(tool, args, timeout=120)
+    if p.returncode != 0:
+        fail("stoker-tune %s exited %d:\n%s" % (" ".join(args), p.returncode, p.stderr))
+    doc = json.loads(p.stdout)
+    got = sorted(r["prefetch_factor"] for r in doc["results"] if r["ok"])
+    if got != [0, 2, 8] or doc["settings"]["prefetch_factors"] != [0, 2, 8]:
+        fail("the grid should measure prefetch_factor 0, 2 and 8: %r" % doc["results"])
+    if "adaptive" not in p.stderr or "prefetch" not in p.stderr:
+        fail("the table should name the prefetch of each row:\n" + p.stderr)
+    args = ["--workload", "tiny", "--max-workers", "1", "--batch", "64", "--prefetch", "0,4",
+            "--seconds", "0.2", "--warmup", "0.05", "--json"]
+    p = run(tool, args, timeout=120)
+    if p.returncode != 0:
+        fail("stoker-tune %s exited %d:\n%s" % (" ".join(args), p.returncode, p.stderr))
+    results = json.loads(p.stdout)["results"]
+    tried = [r for r in results if r["prefetch_factor"] == 4]
+    if len(tried) != 1 or "vs prefetch_factor=adaptive" not in tried[0]["note"]:
+        fail("the progressive search should try prefetch_factor 4 once at its best: %r" % results)
+
+
 def main():
     mode, tool, workdir = sys.argv[1:4]
     rsvg = sys.argv[4] if len(sys.argv) > 4 else ""
@@ -220,6 +246,8 @@ def main():
         check_sources(tool, workdir, "images" in sys.argv[5:])
     elif mode == "work":
         check_work(tool)
+    elif mode == "prefetch":
+        check_prefetch(tool)
     else:
         check_run(mode, tool, workdir, rsvg)
     print("check_stoker_tune: %s passed" % mode)

@@ -3,6 +3,7 @@
 //
 //   stoker-bench --workload {tiny,image,cpu} --workers N --epochs E --warmup W [--persistent]
 //                [--prefetch P] [--samples S] [--no-stats] [--consumer-us U]
+//                [--consumer-cpu-us U]
 //   stoker-bench --workload folder --data DIR [--pipeline val|train] [--mode exact|fast] ...
 //                ImageFolderDataset, batch 64, with the vision::Pipeline val (default:
 //                Resize(256), CenterCrop(224), RandomHorizontalFlip) or train
@@ -16,7 +17,12 @@
 // --samples S sets the samples per epoch (default: the workload's own size; tokens: 8,192);
 // for folder and tokens, S random ones. --no-stats sets LoaderOptions::collect_stats = false.
 // --consumer-us U makes the consumer sleep U microseconds after each batch, like a training
-// step that runs on a GPU (default 0: the loader is always the bottleneck).
+// step that runs on a GPU (default 0: the loader is always the bottleneck); --consumer-cpu-us U
+// makes it compute (spin) for U microseconds instead (--sample-us sets the cpu workload's work
+// per sample, 200 by default), like a training step on the CPU that
+// shares the cores with the workers. --prefetch P sets a fixed prefetch_factor; without it (or
+// with 0) the loader's default, an adaptive depth. The JSON line reports the depth reached and
+// `core_use`: the share of the machine's cores the run kept busy (samples/s x CPU per sample).
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -48,9 +54,11 @@ struct Args {
   int warmup = 1;
   bool persistent = false;
   bool stats = true;
-  std::size_t prefetch = 2;
+  std::size_t prefetch = stoker::kAdaptivePrefetch;
   std::size_t samples = 0;  // 0: the workload's default
   int consumer_us = 0;
+  int consumer_cpu_us = 0;
+  int sample_us = 200;  // the cpu workload's work per sample
   std::string data;
   std::string pipeline = "val";
   std::string mode = "exact";
@@ -61,7 +69,8 @@ struct Args {
 constexpr const char* kUsage =
     "usage: stoker-bench --workload {tiny,image,cpu,folder,decode,tokens} [--data PATH] "
     "[--pipeline val|train] [--mode exact|fast] --workers N --epochs E --warmup W "
-    "[--persistent] [--prefetch P] [--samples S] [--no-stats] [--consumer-us U]\n"
+    "[--persistent] [--prefetch P] [--samples S] [--no-stats] [--consumer-us U] "
+    "[--consumer-cpu-us U] [--sample-us U (cpu)]\n"
     "       stoker-bench --memcpy\n";
 
 [[noreturn]] void usage(const std::string& problem) {
@@ -112,11 +121,15 @@ Args parse(int argc, char** argv) {
     } else if (flag == "--warmup") {
       a.warmup = number(0, 1000);
     } else if (flag == "--prefetch") {
-      a.prefetch = static_cast<std::size_t>(number(1, 64));
+      a.prefetch = static_cast<std::size_t>(number(0, 64));
     } else if (flag == "--persistent") {
       a.persistent = true;
     } else if (flag == "--consumer-us") {
       a.consumer_us = number(0, 10000000);
+    } else if (flag == "--sample-us") {
+      a.sample_us = number(0, 10000000);
+    } else if (flag == "--consumer-cpu-us") {
+      a.consumer_cpu_us = number(0, 10000000);
     } else if (flag == "--no-stats") {
       a.stats = false;
     } else if (flag == "--memcpy") {
@@ -297,6 +310,11 @@ int run(const Args& a, D dataset, const Plan& plan) {
         next_sample = Clock::now() + std::chrono::milliseconds(250);
       }
       if (a.consumer_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(a.consumer_us));
+      if (a.consumer_cpu_us > 0) {  // a training step on the CPU: spin
+        const Clock::time_point until = Clock::now() + std::chrono::microseconds(a.consumer_cpu_us);
+        while (Clock::now() < until) {
+        }
+      }
     }
     const Clock::time_point end = Clock::now();
     if (e == 0) first_batch_cold_ms = seconds(first - start) * 1e3;
@@ -313,6 +331,7 @@ int run(const Args& a, D dataset, const Plan& plan) {
       }
     }
   }
+  const stoker::LoaderStats final_stats = loader.stats();
   double cpu = cpu_seconds(RUSAGE_SELF) + cpu_seconds(RUSAGE_CHILDREN) - cpu_start;
   for (const pid_t pid : loader.worker_pids()) {
     double before = 0;
@@ -333,14 +352,21 @@ int run(const Args& a, D dataset, const Plan& plan) {
       "\"bytes_per_epoch\": {}, \"epoch_s\": [{:.6f}], \"first_batch_ms\": [{:.3f}], "
       "\"first_batch_median_ms\": {:.3f}, \"first_batch_cold_ms\": {:.3f}, "
       "\"samples_per_s\": {:.1f}, \"mb_per_s\": {:.1f}, \"cpu_us_per_sample\": {:.3f}, "
-      "\"peak_pss_mb\": {:.1f}, \"consumer_us\": {}, \"checksum\": {:.1f}, \"checksum_ok\": {}{}, "
-      "\"command\": \"{}\"}}\n",
-      a.persistent ? "persistent" : "default", a.workload, a.workers, plan.batch_size, a.prefetch,
+      "\"peak_pss_mb\": {:.1f}, \"consumer_us\": {}, \"consumer_cpu_us\": {}, "
+      "\"prefetch_depth\": {}, \"prefetch_depth_limit\": {}, \"core_use\": {:.3f}, "
+      "\"checksum\": {:.1f}, \"checksum_ok\": {}{}, \"command\": \"{}\"}}\n",
+      a.persistent ? "persistent" : "default", a.workload, a.workers, plan.batch_size,
+      a.prefetch == stoker::kAdaptivePrefetch ? std::string("\"adaptive\"")
+                                              : std::to_string(a.prefetch),
       samples_per_epoch, bytes_per_epoch, fmt::join(epoch_s, ", "), fmt::join(first_batch_ms, ", "),
       sorted_first[sorted_first.size() / 2], first_batch_cold_ms,
       static_cast<double>(samples_per_epoch) / median,
       static_cast<double>(bytes_per_epoch) / median / 1e6, cpu / total_samples * 1e6, peak_pss,
-      a.consumer_us, checksum, ok ? "true" : "false", plan.extra, a.command);
+      a.consumer_us, a.consumer_cpu_us, final_stats.prefetch_depth,
+      final_stats.prefetch_depth_limit,
+      static_cast<double>(samples_per_epoch) / median * cpu / total_samples /
+          static_cast<double>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))),
+      checksum, ok ? "true" : "false", plan.extra, a.command);
   return ok ? 0 : 1;
 }
 
@@ -474,7 +500,11 @@ int main(int argc, char** argv) {
   try {
     if (a.workload == "tiny") return run_synthetic(a, stoker::bench::TinyDataset{}, 256, true);
     if (a.workload == "image") return run_synthetic(a, stoker::bench::ImageDataset{}, 64, false);
-    if (a.workload == "cpu") return run_synthetic(a, stoker::bench::CpuDataset{}, 32, false);
+    if (a.workload == "cpu") {
+      stoker::bench::CpuDataset cpu;
+      cpu.spin_ns = 1000L * a.sample_us;
+      return run_synthetic(a, cpu, 32, false);
+    }
     if (a.workload == "folder") return run_folder(a);
     if (a.workload == "decode") return run_decode(a);
     return run_tokens(a);

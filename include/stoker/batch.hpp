@@ -17,16 +17,31 @@
 
 namespace stoker {
 
+class Batch;
+
+namespace detail {
+
+// What a Batch is assembled from, by the loader (and by tests that fake one): `keeper` owns the
+// memory that `indices` and the tensors' views point into, and the Batch keeps it alive. `rows`
+// is the number of samples; empty: indices.size() (a batch of an iterable dataset has rows but
+// no indices). `pinned`: every field lies in page-locked memory.
+struct BatchParts {
+  std::vector<Field> fields;
+  std::span<const std::size_t> indices;
+  std::uint64_t epoch = 0;
+  std::uint64_t index = 0;
+  std::shared_ptr<const void> keeper;
+  std::optional<std::size_t> rows;
+  bool pinned = false;
+};
+Batch make_batch(BatchParts parts);
+
+}  // namespace detail
+
 class Batch {
  public:
+  // An empty batch: no fields, no samples.
   Batch() = default;
-  // Assembles a batch. `keeper` owns the memory that `indices` and the tensors' views point
-  // into; a Batch made this way keeps it alive. Used by the loader and by user code in tests.
-  // `rows` is the number of samples; it defaults to indices.size() (a batch of an iterable
-  // dataset has rows but no indices).
-  Batch(std::vector<Field> fields, std::span<const std::size_t> indices, std::uint64_t epoch,
-        std::uint64_t index, std::shared_ptr<const void> keeper,
-        std::optional<std::size_t> rows = std::nullopt, bool pinned = false);
 
   // The stacked field `name`, shape [size(), ...]. Throws std::out_of_range naming the fields.
   const Tensor& operator[](std::string_view name) const;
@@ -57,6 +72,9 @@ class Batch {
   Batch clone() const;
 
  private:
+  friend Batch detail::make_batch(detail::BatchParts parts);
+  explicit Batch(detail::BatchParts parts);
+
   std::vector<Field> fields_;
   std::span<const std::size_t> indices_;
   std::shared_ptr<const void> keeper_;

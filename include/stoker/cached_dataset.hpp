@@ -60,6 +60,7 @@ class SampleCache {
 template <MapDataset D>
 class CachedDataset {
  public:
+  using source_dataset = D;  // CachingDataset: the memory probe measures the source
   // Main process (the cache must exist before workers fork). `budget_bytes` bounds the cached
   // samples' bytes (address space is reserved for it; memory is used as samples arrive).
   CachedDataset(D dataset, std::size_t budget_bytes)

@@ -88,7 +88,13 @@ class BatchIterator {
 
 template <class D>
 class DataLoader {
-  static_assert(MapDataset<D> || IterableDataset<D>,
+  // One diagnostic, not a cascade: a type with size() or get() is told what a map-style
+  // dataset needs; anything else, what either kind needs.
+  static_assert(MapDataset<D> || IterableDataset<D> || !detail::HasMapMembers<D>,
+                "stoker::DataLoader<D>: D looks like a map-style dataset but is not one: it "
+                "needs `std::size_t size() const` (callable on a const D) and "
+                "`get(std::size_t index)` returning something convertible to stoker::Sample");
+  static_assert(MapDataset<D> || IterableDataset<D> || detail::HasMapMembers<D>,
                 "stoker::DataLoader<D>: D must be a map-style dataset, with "
                 "`std::size_t size() const` and `stoker::Sample get(std::size_t index)`, or an "
                 "iterable one, with `std::optional<stoker::Sample> next()`");
@@ -104,7 +110,7 @@ class DataLoader {
     detail::ProduceFn produce;
     std::function<std::size_t()> size;
     detail::DatasetProbe probe;
-    if constexpr (requires(const D& d) { d.cache_stats(); }) {
+    if constexpr (CacheReporting<D>) {
       probe.cache_bytes = static_cast<std::size_t>(ds->cache_stats().budget_bytes);
     }
     if constexpr (MapDataset<D>) {
@@ -113,7 +119,7 @@ class DataLoader {
       // short-lived child process by the loader.
       probe.sample_bytes = [ds](const std::function<void(std::size_t)>& report) {
         auto& source = [ds]() -> auto& {
-          if constexpr (requires { ds->source(); }) {
+          if constexpr (CachingDataset<D>) {
             return ds->source();
           } else {
             return *ds;
@@ -139,7 +145,7 @@ class DataLoader {
       };
       size = [ds] { return static_cast<std::size_t>(ds->size()); };
       probe.dataset_size = size;
-    } else {
+    } else if constexpr (IterableDataset<D>) {
       produce = [ds, collate = options.collate, batch_size = options.batch_size,
                  drop_last = options.drop_last,
                  stream = StreamState{}](detail::BatchSink& out) mutable {
@@ -193,7 +199,7 @@ class DataLoader {
   MemoryEstimate memory_estimate() { return core_->memory_estimate(); }
   LoaderStats stats() const {
     LoaderStats s = core_->stats();
-    if constexpr (requires(const D& d) { d.cache_stats(); }) {
+    if constexpr (CacheReporting<D>) {
       const auto cache = dataset_->cache_stats();
       s.cache_hits = cache.hits;
       s.cache_misses = cache.misses;
@@ -248,8 +254,15 @@ class DataLoader {
         out.skip_sample();
       }
     }
+    collate_held(samples, collate, get_start, out);  // empty: every sample was skipped
+  }
+
+  // The samples a batch holds, collated into the slot (none: the batch is not delivered), with
+  // the time inside get() since `get_start` and inside the collate.
+  static void collate_held(const std::vector<Sample>& samples, const CollateFn& collate,
+                           std::uint64_t get_start, detail::BatchSink& out) {
     out.begin_collate(samples.size());
-    if (samples.empty()) return;  // every sample was skipped: the batch is not delivered
+    if (samples.empty()) return;
     const std::uint64_t collate_start = detail::now_ns();
     if (collate) {
       collate(std::span<const Sample>(samples), out);
@@ -299,15 +312,7 @@ class DataLoader {
       samples.push_back(std::move(*sample));
     }
     if (drop_last && samples.size() < batch_size) samples.clear();
-    out.begin_collate(samples.size());
-    if (samples.empty()) return;  // nothing to deliver from this batch
-    const std::uint64_t collate_start = detail::now_ns();
-    if (collate) {
-      collate(std::span<const Sample>(samples), out);
-    } else {
-      collate_stack(samples, out);
-    }
-    out.add_stage_times(collate_start - get_start, detail::now_ns() - collate_start);
+    collate_held(samples, collate, get_start, out);  // empty: nothing to deliver
   }
 
   std::unique_ptr<D> dataset_;

@@ -33,6 +33,33 @@ concept RestartableDataset = requires(D& dataset, std::uint64_t epoch) {
   dataset.start_epoch(epoch);
 };
 
+// A dataset that serves another one's samples from a cache (CachedDataset): it names the
+// wrapped type `source_dataset` and returns it from source(). The loader's memory probe then
+// measures the source's samples, not cache hits.
+template <class D>
+concept CachingDataset = MapDataset<D> && requires(D& dataset) {
+  typename D::source_dataset;
+  { dataset.source() } -> std::same_as<typename D::source_dataset&>;
+};
+
+// A dataset that reports a sample cache's counters (CachedDataset, and the composed datasets
+// that pass them on): the memory estimate counts the cache's budget and stats() its hits.
+template <class D>
+concept CacheReporting = requires(const D& dataset) {
+  { dataset.cache_stats().budget_bytes } -> std::convertible_to<std::uint64_t>;
+  { dataset.cache_stats().hits } -> std::convertible_to<std::uint64_t>;
+};
+
+namespace detail {
+// Something that has a map-style dataset's members, whether or not their types are right: a
+// DataLoader of one that is not a MapDataset says what a map-style dataset needs.
+template <class D>
+concept HasMapMembers = requires(const D& dataset) {
+  dataset.size();
+}
+|| requires(D& dataset, std::size_t index) { dataset.get(index); };
+}  // namespace detail
+
 // The shard of the stream this process should read, when `world_size` processes (ranks) each
 // run a loader: shard = rank * num_workers + worker id, of world_size * num_workers. Either
 // process (in the main process, worker 0 of 1). Throws std::invalid_argument for rank >=

@@ -39,6 +39,9 @@ struct DiagnoseThresholds {
   double iowait_fraction = 0.2;    // CPU time in iowait above this: storage-bound
   double memory_fraction = 0.9;    // used / limit above this: memory pressure
   double gpu_busy_fraction = 0.8;  // a GPU busy less than this while the consumer waits: starved
+  // Workers blocked on full slots more than this share of the time while the consumer waits:
+  // the prefetch is too shallow.
+  double blocked_fraction = 0.05;
 };
 
 struct Diagnosis {

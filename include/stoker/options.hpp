@@ -35,12 +35,22 @@ enum class PinMode : std::uint8_t {
   kCopy,      // copy each batch into a pinned staging block
 };
 
+// LoaderOptions::prefetch_factor = kAdaptivePrefetch: a depth that adapts, from 2 up to
+// kMaxAdaptivePrefetch batches per worker (see prefetch_factor).
+inline constexpr std::size_t kAdaptivePrefetch = 0;
+inline constexpr std::size_t kMinAdaptivePrefetch = 2;
+inline constexpr std::size_t kMaxAdaptivePrefetch = 8;
+
 struct LoaderOptions {
   std::size_t batch_size = 1;  // samples per batch, 1 .. kMaxBatchSize
   bool shuffle = false;        // a new order each epoch, a function of (seed, epoch) only
   bool drop_last = false;      // drop the last batch when it would be short
   int num_workers = 0;  // worker processes, 0 .. kMaxWorkers; 0 loads in the caller; kAuto picks
-  std::size_t prefetch_factor = 2;  // batch slots per worker, 1 .. kMaxPrefetchFactor
+  // Batches each worker may have in flight (loading, ready, or held by the consumer), 1 ..
+  // kMaxPrefetchFactor: a fixed depth. The default, kAdaptivePrefetch, starts at 2 and goes as
+  // deep as kMaxAdaptivePrefetch when the consumer waits while workers sit with their slots full,
+  // within what the memory check allows (stats().prefetch_depth says where it stands).
+  std::size_t prefetch_factor = kAdaptivePrefetch;
   bool persistent_workers = false;  // keep workers (and their prefetch) across epochs
   bool in_order = true;             // deliver batches in order; false: whichever is ready first
   std::chrono::milliseconds timeout{0};  // longest wait for one batch; 0 waits forever

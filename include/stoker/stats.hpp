@@ -17,10 +17,13 @@ struct WorkerStats {
   int pid = 0;                // the process serving the channel now (0: none)
   std::uint64_t batches = 0;  // loaded this epoch
   std::uint64_t samples = 0;
-  double get_seconds = 0;       // inside the dataset's get() / next()
-  double collate_seconds = 0;   // inside the collate (stacking, or the user's)
-  double write_seconds = 0;     // the rest of a batch: slot layout and bookkeeping
-  double busy_fraction = 0;     // (get + collate + write) / epoch wall time, 0 .. 1
+  double get_seconds = 0;      // inside the dataset's get() / next()
+  double collate_seconds = 0;  // inside the collate (stacking, or the user's)
+  double write_seconds = 0;    // the rest of a batch: slot layout and bookkeeping
+  double busy_fraction = 0;    // (get + collate + write) / epoch wall time, 0 .. 1
+  // Time it had no batch to load because every slot its prefetch depth allows was in flight
+  // (loaded and waiting for the consumer, or held by it): the bubbles a deeper prefetch fills.
+  double blocked_seconds = 0;
   std::uint64_t rss_bytes = 0;  // the process now (0 when unknown)
   std::uint64_t pss_bytes = 0;
 };
@@ -60,6 +63,13 @@ struct LoaderStats {
   // occupancy = that mean / slots (near 0: data-bound; near 1: the consumer is the slow side).
   std::size_t ring_slots = 0;
   double ring_occupancy = 0;
+  // The prefetch depth (batches each worker may have in flight): now, and the most it may
+  // reach (the memory check's limit); adaptive with the default prefetch_factor, whose last
+  // window wanted more than the limit when `prefetch_at_limit`.
+  bool prefetch_adaptive = false;
+  std::size_t prefetch_depth = 0;
+  std::size_t prefetch_depth_limit = 0;
+  bool prefetch_at_limit = false;
   // Memory now: the main process, and the shared ring's committed bytes.
   std::uint64_t main_rss_bytes = 0;
   std::uint64_t main_pss_bytes = 0;

@@ -4,8 +4,6 @@
 
 #include <fmt/format.h>
 
-#include "stoker/batch.hpp"
-
 namespace stoker {
 namespace detail {
 
@@ -44,7 +42,7 @@ Sample& Sample::set(std::string_view name, Tensor tensor) {
   // Room for a typical sample's fields at the first set(): growing 1 -> 2 -> 4 moved every
   // field and cost two more allocations per sample.
   if (fields_.capacity() == 0) fields_.reserve(4);
-  fields_.emplace_back(std::string(name), std::move(tensor));
+  fields_.push_back(Field{std::string(name), std::move(tensor)});
   return *this;
 }
 
@@ -61,52 +59,6 @@ std::size_t Sample::nbytes() const noexcept {
   std::size_t n = 0;
   for (const Field& field : fields_) n += field.tensor.nbytes();
   return n;
-}
-
-Batch::Batch(std::vector<Field> fields, std::span<const std::size_t> indices, std::uint64_t epoch,
-             std::uint64_t index, std::shared_ptr<const void> keeper,
-             std::optional<std::size_t> rows, bool pinned)
-    : fields_(std::move(fields)),
-      indices_(indices),
-      keeper_(std::move(keeper)),
-      epoch_(epoch),
-      index_(index),
-      rows_(rows.value_or(indices.size())),
-      pinned_(pinned) {}
-
-const Tensor& Batch::operator[](std::string_view name) const {
-  if (const Tensor* t = find(name)) return *t;
-  detail::throw_missing_field("Batch", name, fields_);
-}
-
-const Tensor* Batch::find(std::string_view name) const noexcept {
-  return detail::find_field(fields_, name);
-}
-
-std::size_t Batch::nbytes() const noexcept {
-  std::size_t n = 0;
-  for (const Field& field : fields_) n += field.tensor.nbytes();
-  return n;
-}
-
-bool Batch::is_view() const noexcept {
-  for (const Field& field : fields_) {
-    if (field.tensor.is_view()) return true;
-  }
-  return false;
-}
-
-Batch Batch::clone() const {
-  struct Owned {
-    std::vector<std::size_t> indices;
-  };
-  auto owned = std::make_shared<Owned>();
-  owned->indices.assign(indices_.begin(), indices_.end());
-  std::vector<Field> fields;
-  fields.reserve(fields_.size());
-  for (const Field& field : fields_) fields.emplace_back(field.name, field.tensor.clone());
-  const std::span<const std::size_t> indices(owned->indices);
-  return Batch(std::move(fields), indices, epoch_, index_, std::move(owned), rows_);
 }
 
 }  // namespace stoker

@@ -94,24 +94,24 @@ std::vector<Field> read_field_table(const std::byte* table, std::size_t table_by
     in += record.ndim * sizeof(std::int64_t);
     std::string name(reinterpret_cast<const char*>(in), record.name_length);
     in += padded(record.name_length);
-    std::size_t elements = 1;
+    const auto dtype = static_cast<DType>(record.dtype);
+    // The bytes, multiplied up in the order Tensor::view checks them (element size first), so a
+    // shape refused there ([2^40, 2^40, 0] is 0 bytes, but its prefix overflows) is refused here.
+    std::size_t expected = dtype_size(dtype);
     for (std::size_t d = 0; d < record.ndim; ++d) {
       if (dims[d] < 0) throw FieldTableError(fmt::format("negative dimension in field '{}'", name));
-      if (__builtin_mul_overflow(elements, static_cast<std::size_t>(dims[d]), &elements)) {
+      if (__builtin_mul_overflow(expected, static_cast<std::size_t>(dims[d]), &expected)) {
         throw FieldTableError(fmt::format("field '{}' has more elements than memory", name));
       }
     }
-    const auto dtype = static_cast<DType>(record.dtype);
-    std::size_t expected = 0;
     if (record.offset > capacity || record.nbytes > capacity - record.offset ||
-        __builtin_mul_overflow(elements, dtype_size(dtype), &expected) ||
         record.nbytes != expected) {
       throw FieldTableError(
           fmt::format("field '{}' at {} of {} bytes", name, record.offset, record.nbytes));
     }
     const Shape shape(std::span<const std::int64_t>(dims, record.ndim));
-    fields.emplace_back(std::move(name), Tensor::view(dtype, shape, base + record.offset,
-                                                      std::shared_ptr<const void>(keeper)));
+    fields.push_back(Field{std::move(name), Tensor::view(dtype, shape, base + record.offset,
+                                                         std::shared_ptr<const void>(keeper))});
   }
   return fields;
 }

@@ -27,7 +27,7 @@
 namespace stoker::detail {
 
 inline constexpr std::uint64_t kRingMagic = 0x474e49524b4f5453ULL;  // "STOKRING"
-inline constexpr std::uint32_t kRingVersion = 2;
+inline constexpr std::uint32_t kRingVersion = 3;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::size_t kPageSize = 4096;
 // A channel's queues hold at most slots_per_channel batch messages plus two stop messages
@@ -142,6 +142,15 @@ struct SlotHeader {
   std::uint64_t epoch;
   std::uint64_t seed;         // LoaderOptions::seed: with epoch and index, seeds sample_rng()
   std::uint64_t num_indices;  // uint64 indices follow the header
+  // A fresh iterator's batch 0 split across the workers (loader/dispatch.cpp): non-zero in the
+  // slot that will carry the whole batch, whose loading process loads only the first
+  // `num_to_load` of its num_indices samples into fields sized for all of them; the main
+  // process copies the other parts' rows in. 0: load every index.
+  std::uint64_t num_to_load;
+  // Non-zero: report this process's private memory (Private_Dirty) after the batch, in
+  // `private_bytes` (the first batch of an epoch whose memory check waits for it).
+  std::uint32_t report_memory;
+  std::uint32_t reserved3;
   // Written by the loading process before it pushes the result; the main process reads them
   // after its acquire pop of the result.
   SlotStatus status;
@@ -164,6 +173,7 @@ struct SlotHeader {
   std::uint64_t collate_ns;
   std::uint32_t stages_timed;
   std::uint32_t reserved2;
+  std::uint64_t private_bytes;  // report_memory: Private_Dirty after the batch; 0 unknown
   // Bytes from the slot's start that some process has backed with memory (grows only, by CAS:
   // main backs the indices, the loading process the payload). Read for memory accounting.
   std::atomic<std::uint64_t> committed;

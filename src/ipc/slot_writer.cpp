@@ -9,6 +9,7 @@
 #include "data/format.hpp"
 #include "data/random_state.hpp"
 #include "ipc/field_codec.hpp"
+#include "os/proc.hpp"
 #include "stoker/errors.hpp"
 #include "stoker/worker_info.hpp"
 
@@ -31,12 +32,14 @@ SlotWriter::SlotWriter(const Ring& ring, SlotMemory& memory, std::size_t slot, C
       slot_(slot),
       channel_(channel),
       header_(ring.header(slot)),
-      indices_(reinterpret_cast<const std::size_t*>(ring.indices(slot)), header_.num_indices),
+      // A split batch 0's host slot loads only its part, into fields sized for the whole batch.
+      indices_(reinterpret_cast<const std::size_t*>(ring.indices(slot)),
+               header_.num_to_load != 0 ? header_.num_to_load : header_.num_indices),
       cursor_(Ring::payload_start(header_.num_indices)),
       rows_(header_.num_indices),
       skip_samples_(skip_samples),
       time_stages_(time_stages) {
-  header_.num_kept = header_.num_indices;
+  header_.num_kept = indices_.size();
   header_.exhausted = 0;
   header_.num_skipped = 0;
   if (skip_samples_) {
@@ -176,6 +179,7 @@ LoadOutcome load_batch(const Ring& ring, SlotMemory& memory, std::size_t s, Chan
   header.get_ns = 0;
   header.collate_ns = 0;
   header.stages_timed = 0;
+  header.private_bytes = 0;
   if (channel != nullptr) channel->current_batch.store(header.batch + 1, std::memory_order_relaxed);
   LoadOutcome outcome = LoadOutcome::kOk;
   std::optional<SlotWriter> writer;
@@ -196,6 +200,14 @@ LoadOutcome load_batch(const Ring& ring, SlotMemory& memory, std::size_t s, Chan
     outcome = LoadOutcome::kError;
   }
   end_sample_rng();
+  if (header.report_memory != 0) {
+    try {
+      if (const std::optional<ProcessMemory> own = read_process_memory(0)) {
+        header.private_bytes = own->private_dirty_bytes;
+      }
+    } catch (...) {  // unknown: the estimate keeps its default
+    }
+  }
   header.end_ns = now_ns();
   if (channel != nullptr) {
     channel->current_sample.store(kNoSample, std::memory_order_relaxed);

@@ -62,12 +62,12 @@ std::optional<Batch> BatchPinning::copy_to_pinned(const Batch& view, PinnedAlloc
   for (std::size_t f = 0; f < view.fields().size(); ++f) {
     const auto& [name, t] = view.fields()[f];
     if (t.nbytes() > 0) std::memcpy(base + offsets[f], t.raw_data(), t.nbytes());
-    fields.emplace_back(name, Tensor::view(t.dtype(), t.shape(), base + offsets[f], staged));
+    fields.push_back(Field{name, Tensor::view(t.dtype(), t.shape(), base + offsets[f], staged)});
   }
   const std::span<const std::size_t> indices(reinterpret_cast<const std::size_t*>(base),
                                              view.indices().size());
-  return Batch(std::move(fields), indices, view.epoch(), view.index(), std::move(staged),
-               view.size(), true);
+  return make_batch(BatchParts{std::move(fields), indices, view.epoch(), view.index(),
+                               std::move(staged), view.size(), true});
 }
 
 }  // namespace stoker::detail

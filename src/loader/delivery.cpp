@@ -60,7 +60,8 @@ std::optional<Batch> LoaderCore::Impl::deliver(std::size_t s) {
   std::vector<Field> fields = read_fields(ring(), s, lease);
   const std::span<const std::size_t> indices(
       reinterpret_cast<const std::size_t*>(ring().indices(s)), plan.iterable ? 0 : header.num_kept);
-  Batch batch(std::move(fields), indices, plan.epoch, k, std::move(lease), header.num_kept, pinned);
+  Batch batch = make_batch(BatchParts{std::move(fields), indices, plan.epoch, k, std::move(lease),
+                                      header.num_kept, pinned});
   if (r.pinning == Pinning::kCopy) {
     if (std::optional<Batch> staged = pinning.copy_to_pinned(batch, *r.allocator)) {
       return std::move(*staged);
@@ -120,22 +121,13 @@ bool LoaderCore::Impl::progress_possible() noexcept {
 void LoaderCore::Impl::wait(Clock::time_point wait_start, bool held_blocked,
                             Clock::time_point& warned_at) {
   if (spin_until([&] { return progress_possible(); }, kMainSpin)) return;
-  Doorbell& bell = ring().control().main_doorbell;
-  bell.sleeping.store(1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // E: see Doorbell
-  if (progress_possible()) {
-    bell.sleeping.store(0, std::memory_order_relaxed);
-    return;
-  }
   const Clock::time_point now = Clock::now();
   milliseconds limit{-1};
   if (options.timeout.count() > 0) {
     const auto left = std::chrono::ceil<milliseconds>(wait_start + options.timeout - now);
     if (left.count() <= 0) {
-      bell.sleeping.store(0, std::memory_order_relaxed);
-      if (held_blocked) {
-        throw held_timeout(now - wait_start);
-      }
+      if (progress_possible()) return;  // it came as the time ran out
+      if (held_blocked) throw held_timeout(now - wait_start);
       timed_out(now - wait_start);
     }
     limit = left;
@@ -150,6 +142,17 @@ void LoaderCore::Impl::wait(Clock::time_point wait_start, bool held_blocked,
       limit = until_warning;
     }
   }
+  check_workers(sleep_for_progress(limit));
+}
+
+bool LoaderCore::Impl::sleep_for_progress(milliseconds limit) {
+  Doorbell& bell = ring().control().main_doorbell;
+  bell.sleeping.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // E: see Doorbell
+  if (progress_possible()) {
+    bell.sleeping.store(0, std::memory_order_relaxed);
+    return false;
+  }
   const bool pidfds = pool.watches_deaths();
   if (!pidfds && (limit.count() < 0 || limit > milliseconds(5))) {
     limit = milliseconds(5);  // no pidfds (Linux < 5.3): look for dead workers by polling
@@ -162,7 +165,7 @@ void LoaderCore::Impl::wait(Clock::time_point wait_start, bool held_blocked,
   for (std::size_t i = 1; ready > 0 && i < fds.size(); ++i) {
     exited = exited || fds[i].revents != 0;
   }
-  check_workers(exited);
+  return exited;
 }
 
 std::optional<Batch> LoaderCore::Impl::next_batch() {
@@ -175,6 +178,14 @@ std::optional<Batch> LoaderCore::Impl::next_batch() {
     }
   } timer{*this, start};
   std::optional<Batch> batch = fetch_batch(start);
+  if (batch && depth.adaptive() && num_workers() > 0) {
+    const std::uint64_t end = now_ns();
+    const auto begun = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count());
+    std::uint64_t blocked = 0;
+    for (const std::uint64_t b : blocked_ns) blocked += b;
+    depth.on_delivery(end > begun ? end - begun : 0, blocked, num_workers(), end);
+  }
   if (batch) {
     ++stats.batches;
     stats.samples += batch->size();
@@ -211,9 +222,22 @@ LoaderStats LoaderCore::Impl::public_stats() const {
                           : std::chrono::duration<double>(end - epoch_start).count();
   out.skipped_samples = skipped_this_epoch;
   out.respawns = respawns_this_epoch;
+  // The slots the loader may use now: a channel per worker, as deep as the prefetch depth.
   collector.fill(out, shared ? pool.pids_by_worker() : std::vector<pid_t>{},
-                 shared ? ring().num_slots() : 0);
-  if (shared) out.ring_bytes = ring_committed_bytes(ring());
+                 shared ? std::max<std::size_t>(num_workers(), 1) * depth.depth() : 0);
+  if (shared) {
+    out.ring_bytes = ring_committed_bytes(ring());
+    for (WorkerStats& w : out.workers) {
+      if (w.worker_id < num_workers()) {
+        w.blocked_seconds =
+            static_cast<double>(blocked_ns[pool.channel_of_worker(w.worker_id)]) * 1e-9;
+      }
+    }
+  }
+  out.prefetch_adaptive = depth.adaptive();
+  out.prefetch_depth = depth.depth();
+  out.prefetch_depth_limit = depth.limit();
+  out.prefetch_at_limit = depth.at_limit();
   return out;
 }
 
@@ -230,13 +254,21 @@ std::optional<Batch> LoaderCore::Impl::fetch_batch(Clock::time_point start) {
     // loop can sleep; wait() returns as soon as either finds more.
     collect();
     if (first && collector.enabled())
-      collector.on_request(slots.count_ready(current->id), now_ns());
+      collector.on_request(slots.count_ready(current->id),
+                           std::max<std::size_t>(num_workers(), 1) * depth.depth(), now_ns());
     first = false;
     slots.reclaim(shared->held.get());
     issue();
     if (options.in_order || num_workers() == 0) current->skip_void_batches();
-    if (const std::optional<std::size_t> s =
-            slots.deliverable(current->id, resolved().ordered, current->next_in_order)) {
+    std::optional<std::size_t> s =
+        slots.deliverable(current->id, resolved().ordered, current->next_in_order);
+    if (!s && current->first_parts > 0 && current->next_in_order == 0) {
+      // A split batch 0 (dispatch.cpp): deliverable once every part is in.
+      const std::vector<std::size_t> parts =
+          slots.ready_parts(current->id, 0, current->first_parts);
+      if (!parts.empty()) s = join_split_first(parts);
+    }
+    if (s) {
       std::optional<Batch> batch = deliver(*s);
       if (!batch) continue;  // every sample of it was skipped
       issue();               // refill the slot the consumer just freed, before it starts computing
@@ -249,6 +281,7 @@ std::optional<Batch> LoaderCore::Impl::fetch_batch(Clock::time_point start) {
     }
     if (num_workers() == 0 && load_inline()) continue;
     const bool held_blocked = blocked_by_held_batches();
+    if (held_blocked && depth.grow_for_held()) continue;  // the consumer keeps batches: deeper
     if (held_blocked && count_threads() <= 1) throw held_timeout(std::nullopt);
     wait(start, held_blocked, warned_at);
   }

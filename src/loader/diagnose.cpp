@@ -70,6 +70,7 @@ struct WorkerFigures {
   double get_seconds = 0;
   double collate_seconds = 0;
   double write_seconds = 0;
+  double blocked = 0;  // mean share of the epoch a worker had nothing to load, slots all full
 };
 
 WorkerFigures worker_figures(const LoaderStats& stats) {
@@ -83,6 +84,11 @@ WorkerFigures worker_figures(const LoaderStats& stats) {
   }
   w.busy_known = w.busy_cores > 0;
   if (w.count > 0) w.mean_busy = w.busy_cores / static_cast<double>(w.count);
+  if (w.count > 0 && stats.epoch_seconds > 0) {
+    double blocked = 0;
+    for (const WorkerStats& ws : stats.workers) blocked += ws.blocked_seconds;
+    w.blocked = std::clamp(blocked / static_cast<double>(w.count) / stats.epoch_seconds, 0.0, 1.0);
+  }
   return w;
 }
 
@@ -123,6 +129,16 @@ void add_findings(const LoaderStats& stats, const SystemInfo& system, const Work
   if (stats.ring_slots > 0) {
     f.push_back(fmt::format("ring: {} slots, {} full on average when the consumer asked",
                             stats.ring_slots, percent(stats.ring_occupancy)));
+  }
+  if (stats.prefetch_depth > 0) {
+    f.push_back(fmt::format(
+        "prefetch depth: {} batches per worker ({}); workers blocked on full slots {} of the "
+        "time",
+        stats.prefetch_depth,
+        stats.prefetch_adaptive ? fmt::format("adaptive, at most {} within the memory limit",
+                                              stats.prefetch_depth_limit)
+                                : std::string("prefetch_factor, fixed"),
+        percent(w.blocked)));
   }
   if (memory) {
     f.push_back(fmt::format("memory: {} of {} in use ({} of {})", percent(memory->fraction),
@@ -315,6 +331,30 @@ Diagnosis diagnose(const LoaderStats& stats, const SystemInfo& system,
     more = extra;
     d.advice = fmt::format(
         "Load in worker processes: num_workers={} overlaps loading with the training step.", extra);
+  } else if (w.blocked >= thresholds.blocked_fraction && stats.prefetch_depth > 0) {
+    // The bubbles a deeper prefetch fills: workers idle with their slots full while the
+    // consumer waits (time-sliced with them, it had not yet released one).
+    evidence =
+        fmt::format("workers blocked on full slots {} of the time while the consumer waited {}; {}",
+                    percent(w.blocked), percent(wait), idle_text);
+    if (!stats.prefetch_adaptive) {
+      d.advice = fmt::format(
+          "Each worker may run only {} batches ahead (prefetch_factor={}): raise "
+          "prefetch_factor, or leave it at its default, kAdaptivePrefetch, which deepens as "
+          "needed within the memory limit.",
+          stats.prefetch_depth, stats.prefetch_depth);
+    } else if (stats.prefetch_at_limit || stats.prefetch_depth >= stats.prefetch_depth_limit) {
+      d.advice = fmt::format(
+          "The adaptive prefetch depth reached its memory limit ({} batches per worker): give "
+          "the loader more memory (LoaderOptions::memory_limit or memory_fraction) or lower "
+          "batch_size so it can go deeper.",
+          stats.prefetch_depth_limit);
+    } else {
+      d.advice = fmt::format(
+          "The adaptive prefetch depth is {} of at most {} and still rising; if it stays, raise "
+          "prefetch_factor past it.",
+          stats.prefetch_depth, stats.prefetch_depth_limit);
+    }
   } else if (w.busy_known && w.mean_busy < 0.8) {
     evidence = fmt::format("the consumer waited {} of the time but workers are only {} busy; {}",
                            percent(wait), percent(w.mean_busy), idle_text);
@@ -359,4 +399,3 @@ std::string to_string(const Diagnosis& d) {
 }
 
 }  // namespace stoker
-

@@ -1,6 +1,11 @@
 // LoaderCore::Impl, dispatch: which batch goes to which worker (INV-ORDER-1 with in_order;
 // the least loaded otherwise), the task written into a free slot, recycling workers under
 // max_batches_per_worker, loading in-process when num_workers == 0, and collecting results.
+//
+// A fresh iterator's batch 0 is split across the workers (issue_split_first): worker j loads
+// part j, in order, so the first batch comes after about one batch's work / num_workers instead
+// of a whole batch's. Part 0's slot (the host) has fields sized for the whole batch; delivery
+// copies the other parts' rows into it (delivery.cpp). From batch 1 on, INV-ORDER-1 as always.
 
 #include "loader/loader_impl.hpp"
 
@@ -14,8 +19,21 @@
 
 namespace stoker::detail {
 
-void LoaderCore::Impl::write_task(std::size_t s, const EpochPlan& plan, std::size_t k) {
-  const std::span<const std::size_t> indices = plan.batch(k);
+void LoaderCore::Impl::write_task(std::size_t s, const EpochPlan& plan, std::size_t k,
+                                  std::uint32_t part) {
+  // A part j > 0 of a split batch 0 carries its own samples; the host (part 0) carries all of
+  // them and loads its first ones (SlotHeader::num_to_load).
+  std::span<const std::size_t> indices = plan.batch(k);
+  std::size_t to_load = 0;
+  if (part != kWholeBatch) {
+    const std::size_t begin = plan.part_begin(part);
+    const std::size_t end = plan.part_begin(part + 1);
+    if (part == 0) {
+      to_load = end;
+    } else {
+      indices = indices.subspan(begin, end - begin);
+    }
+  }
   memory->ensure(s, Ring::payload_start(indices.size()));
   SlotHeader& header = ring().header(s);
   header.plan = plan.id;
@@ -23,14 +41,21 @@ void LoaderCore::Impl::write_task(std::size_t s, const EpochPlan& plan, std::siz
   header.epoch = plan.epoch;
   header.seed = options.seed;
   header.num_indices = indices.size();
+  header.num_to_load = to_load;
+  header.report_memory = k == 0 && preflight.awaiting_first_batch() ? 1 : 0;
   header.status = SlotStatus::kEmpty;
   if (!indices.empty()) std::memcpy(ring().indices(s), indices.data(), indices.size_bytes());
-  slots.issue(s, plan.id, k);
+  slots.issue(s, plan.id, k, part);
 }
 
-void LoaderCore::Impl::send_task(std::size_t c, std::size_t s, const EpochPlan& plan,
-                                 std::size_t k) {
-  write_task(s, plan, k);
+void LoaderCore::Impl::send_task(std::size_t c, std::size_t s, const EpochPlan& plan, std::size_t k,
+                                 std::uint32_t part) {
+  write_task(s, plan, k, part);
+  if (idle_since_ns[c] != 0) {  // the worker had nothing to load since then: its slots were full
+    const std::uint64_t now = now_ns();
+    blocked_ns[c] += now > idle_since_ns[c] ? now - idle_since_ns[c] : 0;
+    idle_since_ns[c] = 0;
+  }
   ++pool.channel(c).issued;
   ++pool.channel(c).outstanding;
   pool.push_task(c, s);
@@ -82,7 +107,7 @@ std::optional<std::size_t> LoaderCore::Impl::channel_for(const EpochPlan& plan, 
     const std::size_t p = k % num_workers();
     maybe_recycle(p);
     const std::size_t c = pool.channel_of_worker(p);
-    return slots.free_slot(c) ? std::optional<std::size_t>(c) : std::nullopt;
+    return slot_for(c) ? std::optional<std::size_t>(c) : std::nullopt;
   }
   // Whichever worker has a free slot and the least work queued, so a slow worker gets less.
   std::optional<std::size_t> best;
@@ -90,12 +115,41 @@ std::optional<std::size_t> LoaderCore::Impl::channel_for(const EpochPlan& plan, 
     if (plan.iterable && plan.exhausted[p] != 0) continue;
     maybe_recycle(p);
     const std::size_t c = pool.channel_of_worker(p);
-    if (slots.free_slot(c) &&
-        (!best || pool.channel(c).outstanding < pool.channel(*best).outstanding)) {
+    if (slot_for(c) && (!best || pool.channel(c).outstanding < pool.channel(*best).outstanding)) {
       best = c;
     }
   }
   return best;
+}
+
+std::optional<std::size_t> LoaderCore::Impl::slot_for(std::size_t c) const noexcept {
+  // INV-SLOT-2 with the prefetch depth: at most depth() slots of a channel in flight.
+  if (slots.in_use(c) >= depth.depth()) return std::nullopt;
+  return slots.free_slot(c);
+}
+
+bool LoaderCore::Impl::issue_split_first(EpochPlan& plan) {
+  // Only for the current plan of a fresh iterator (a prefetched next epoch's batch 0 is ready
+  // long before it is asked for), with every worker taking part, and with the default stacking
+  // collate, whose rows can be joined (a user collate may combine samples).
+  const std::size_t rows = plan.batch(0).size();
+  const std::size_t parts = std::min(num_workers(), rows);
+  if (&plan != &*current || plan.iterable || parts < 2 || !options.in_order || options.collate ||
+      resolved().skip_samples || plan.done[0] != 0) {
+    return false;
+  }
+  for (std::size_t p = 0; p < parts; ++p) {
+    const std::size_t c = pool.channel_of_worker(p);
+    if (!pool.channel(c).running() || pool.channel(c).retiring || !slot_for(c)) {
+      return false;
+    }
+  }
+  plan.first_parts = parts;
+  for (std::size_t p = 0; p < parts; ++p) {
+    const std::size_t c = pool.channel_of_worker(p);
+    send_task(c, *slot_for(c), plan, 0, static_cast<std::uint32_t>(p));
+  }
+  return true;
 }
 
 void LoaderCore::Impl::issue() {
@@ -106,13 +160,19 @@ void LoaderCore::Impl::issue() {
       ++plan->issued;  // delivered before a resume: not loaded again
       continue;
     }
+    // Until the first batch has measured the samples for the memory check, only batch 0.
+    if (k > 0 && plan == &*current && preflight.awaiting_first_batch()) return;
+    if (k == 0 && issue_split_first(*plan)) {
+      ++plan->issued;
+      continue;
+    }
     if (plan->iterable && options.in_order && plan->exhausted[k % num_workers()] != 0) {
       ++plan->issued;  // a void batch: that worker's stream has ended
       continue;
     }
     const std::optional<std::size_t> c = channel_for(*plan, k);
     if (!c) return;
-    send_task(*c, *slots.free_slot(*c), *plan, k);
+    send_task(*c, *slot_for(*c), *plan, k);
     if (plan->iterable) plan->last_issued[pool.channel(*c).position] = k + 1;
     ++plan->issued;
   }
@@ -122,8 +182,9 @@ bool LoaderCore::Impl::load_inline() {
   EpochPlan& plan = *current;
   while (!plan.iterable && !plan.fully_issued() && plan.done[plan.issued] != 0) ++plan.issued;
   if (plan.fully_issued()) return false;
-  const std::optional<std::size_t> s = slots.free_slot(0);
+  const std::optional<std::size_t> s = slot_for(0);
   if (!s) return false;
+  if (plan.issued > 0 && preflight.awaiting_first_batch()) return false;
   write_task(*s, plan, plan.issued);
   ++plan.issued;
   inline_error = nullptr;
@@ -148,12 +209,13 @@ bool LoaderCore::Impl::collect() noexcept {
       STOKER_ASSERT(slots.channel_of(s) == c && slots[s].phase == Phase::kIssued,
                     "INV-SLOT-1: a worker returns only the slots it was given");
       if (slots.channel_of(s) != c || slots[s].phase != Phase::kIssued) continue;
-      --pool.channel(c).outstanding;
+      if (--pool.channel(c).outstanding == 0) idle_since_ns[c] = ring().header(s).end_ns;
       const bool live = live_plan(slots[s].plan) != nullptr;
       slots.set_phase(s, Phase::kIssued, live ? Phase::kReady : Phase::kFree);
       if (collector.enabled() && live && ring().header(s).status == SlotStatus::kOk) {
         collector.on_batch_loaded(pool.channel(c).position, pool.channel(c).process.pid(),
-                                  ring().header(s));
+                                  ring().header(s),
+                                  slots[s].part == kWholeBatch || slots[s].part == 0);
       }
       any = true;
     }

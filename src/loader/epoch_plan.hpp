@@ -39,6 +39,13 @@ struct EpochPlan {
   // Per batch: handed out (or reported as an error), or skipped on resuming; what state()
   // saves beyond the in-order prefix.
   std::vector<std::uint8_t> done;
+  // A fresh iterator's batch 0 split into this many parts, part j loaded by worker j (0: not
+  // split). Part j is batch(0)[part_begin(j) .. part_begin(j + 1)).
+  std::size_t first_parts = 0;
+  std::size_t part_begin(std::size_t j) const noexcept {
+    const std::size_t n = batch(0).size();
+    return j * (n / first_parts) + std::min(j, n % first_parts);
+  }
 
   std::span<const std::size_t> batch(std::size_t k) const noexcept {
     if (iterable) return {};

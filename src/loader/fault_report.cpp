@@ -137,13 +137,14 @@ LoaderTimeout::Details timeout_details(std::chrono::milliseconds timeout,
   return details;
 }
 
-std::string held_message(std::size_t held, std::size_t num_slots, std::size_t num_workers,
-                         std::size_t prefetch_factor) {
+std::string held_message(std::size_t held, std::size_t num_workers, std::size_t depth,
+                         bool adaptive) {
+  const std::string setting =
+      adaptive ? fmt::format("the adaptive prefetch depth at its limit of {}", depth)
+               : fmt::format("prefetch_factor={}", depth);
   const std::string layout = num_workers == 0
-                                 ? fmt::format("{} slots: prefetch_factor={}, loading in-process",
-                                               num_slots, prefetch_factor)
-                                 : fmt::format("{} slots per worker: prefetch_factor={}",
-                                               prefetch_factor, prefetch_factor);
+                                 ? fmt::format("{} slots: {}, loading in-process", depth, setting)
+                                 : fmt::format("{} slots per worker: {}", depth, setting);
   return fmt::format(
       "DataLoader: the next batch needs a slot, but the program still holds {} batches and "
       "every slot that could carry the next one is among them ({}). A Batch is a view into "

@@ -64,8 +64,9 @@ LoaderTimeout::Details timeout_details(std::chrono::milliseconds timeout,
                                        std::chrono::steady_clock::duration waited,
                                        std::uint64_t batch, const ChannelState* owing,
                                        const Channel* owing_channel, std::uint64_t owed_batch);
-// Every slot that could carry the next batch is held by the consumer.
-std::string held_message(std::size_t held, std::size_t num_slots, std::size_t num_workers,
-                         std::size_t prefetch_factor);
+// Every slot that could carry the next batch is held by the consumer: `depth` slots per
+// channel (a fixed prefetch_factor, or the adaptive depth at its limit).
+std::string held_message(std::size_t held, std::size_t num_workers, std::size_t depth,
+                         bool adaptive);
 
 }  // namespace stoker::detail

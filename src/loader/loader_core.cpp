@@ -80,6 +80,9 @@ void LoaderCore::Impl::ensure_ring() {
   pool.attach(*fresh->ring, fresh->main_eventfd.get(), r, launch);
   memory.emplace(*fresh->ring);
   slots = SlotTable(n, fresh->ring->slots_per_channel());
+  depth.configure(r.adaptive_depth, r.min_depth, preflight.depth_limit());
+  idle_since_ns.assign(fresh->ring->num_channels(), 0);
+  blocked_ns.assign(fresh->ring->num_channels(), 0);
   shared = std::move(fresh);
 }
 
@@ -100,7 +103,8 @@ void LoaderCore::Impl::begin_epoch() {
       }
     }
     if (current->has_batches()) {
-      preflight.check();
+      // A fresh epoch's first batch can measure the samples for the memory check itself.
+      preflight.check(current->issued == 0 && !current->iterable && current->done[0] == 0);
       ensure_ring();
       drop_stale_ready();  // keeps what was prefetched for this plan, now current
       if (num_workers() > 0) {
@@ -122,8 +126,23 @@ void LoaderCore::Impl::begin_epoch() {
   epoch_start = Clock::now();
   epoch_end = {};
   collector.begin_epoch(shared ? num_workers() : 0, epoch, now_ns());
+  depth.set_limit(preflight.depth_limit());  // the checks may have run for this epoch
+  const std::uint64_t started = now_ns();
+  for (std::size_t c = 0; c < blocked_ns.size(); ++c) {
+    blocked_ns[c] = 0;  // this epoch's figures; a worker idle since the last one starts now
+    if (idle_since_ns[c] != 0) idle_since_ns[c] = started;
+  }
   last_health_log = epoch_start;
   oom.reset();
+  if (preflight.awaiting_first_batch()) {
+    try {
+      await_first_batch();
+    } catch (...) {
+      next_epoch = epoch;  // the same epoch again at the next begin(), checked before forking
+      current.reset();
+      throw;
+    }
+  }
 }
 
 void LoaderCore::Impl::abandon_current() noexcept {

@@ -36,6 +36,7 @@
 #include "loader/epoch_plan.hpp"
 #include "loader/fault_report.hpp"
 #include "loader/loader_state.hpp"
+#include "loader/prefetch_depth.hpp"
 #include "loader/preflight.hpp"
 #include "loader/resolved_options.hpp"
 #include "loader/ring_lease.hpp"
@@ -86,6 +87,11 @@ struct LoaderCore::Impl {
   StatsCollector collector;       // the rest of stats(), the trace
   StagePolicy inline_stages;      // num_workers == 0: which batches to time stage by stage
   BatchPinning pinning;
+  PrefetchDepth depth;  // how many slots of a channel may be in flight
+  // Per channel: when its worker ran out of tasks (the end of its last batch; 0 while it has
+  // one), and how long it has waited for one this epoch (its slots were all in flight).
+  std::vector<std::uint64_t> idle_since_ns;
+  std::vector<std::uint64_t> blocked_ns;
   Clock::time_point last_health_log{};
   ThreadRule rule;  // one thread at a time inside the public calls (LoaderCore::Call)
 
@@ -134,10 +140,16 @@ struct LoaderCore::Impl {
   // ---- issuing ----
 
   // Main process owns the slot (kFree): write what the loading process needs to know.
-  void write_task(std::size_t s, const EpochPlan& plan, std::size_t k);
+  void write_task(std::size_t s, const EpochPlan& plan, std::size_t k,
+                  std::uint32_t part = kWholeBatch);
 
   // Issues batch k of `plan` into slot s of channel c (a kFree slot of a running worker).
-  void send_task(std::size_t c, std::size_t s, const EpochPlan& plan, std::size_t k);
+  void send_task(std::size_t c, std::size_t s, const EpochPlan& plan, std::size_t k,
+                 std::uint32_t part = kWholeBatch);
+  // A free slot of channel c that the prefetch depth lets it use.
+  std::optional<std::size_t> slot_for(std::size_t c) const noexcept;
+  // A fresh iterator's batch 0, split across the workers when it can be: true when issued so.
+  bool issue_split_first(EpochPlan& plan);
 
   // The plan whose batches are issued next: the current epoch's, then (persistent workers)
   // the following epoch's, so a new epoch's first batches are ready when it starts. Only when
@@ -224,6 +236,24 @@ struct LoaderCore::Impl {
   // Sleeps until a worker publishes a result, a slot is released or a worker exits, or the
   // timeout passes (LoaderTimeout).
   void wait(Clock::time_point wait_start, bool held_blocked, Clock::time_point& warned_at);
+  // Sleeps on the main doorbell and the workers' pidfds for at most `limit` (-1: until
+  // something happens). True when a worker may have exited (a pidfd fired, or there are no
+  // pidfds to watch).
+  bool sleep_for_progress(milliseconds limit);
+
+  // ---- the first batch (first_batch.cpp) ----
+
+  // All parts of a split batch 0 are kReady: their rows joined into the host slot (part 0),
+  // which is returned to be delivered as the whole batch; the other parts' slots are freed.
+  // A part's error is returned the same way (its slot, to be thrown by deliver()); parts whose
+  // fields disagree are a WorkerException of type stoker::CollateError.
+  std::size_t join_split_first(const std::vector<std::size_t>& parts);
+  // begin(), when the memory check waits for the epoch's first batch: loads it (every worker
+  // its part, or in-process), measures its bytes per sample and the workers' private memory,
+  // and runs the check (MemoryBudgetError / PinnedMemoryError after stopping the workers). A
+  // batch that fails, a worker that dies or LoaderOptions::timeout passing leave the memory
+  // unchecked (logged); the fetch then reports what happened as always.
+  void await_first_batch();
 
   // ---- fetching ----
 

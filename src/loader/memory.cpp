@@ -155,9 +155,9 @@ WorkerRecommendation recommend_num_workers(const SystemInfo& s, std::size_t per_
 
 std::string to_string(const MemoryEstimate& e) {
   using detail::format_bytes;
-  std::string out = fmt::format("memory estimate: {} workers, batches of {} x {} = {}\n",
-                                e.num_workers, e.batch_size, format_bytes(e.bytes_per_sample),
-                                format_bytes(e.batch_bytes));
+  std::string out =
+      fmt::format("memory estimate: {} workers, batches of {} x {} = {}\n", e.num_workers,
+                  e.batch_size, format_bytes(e.bytes_per_sample), format_bytes(e.batch_bytes));
   const auto row = [&](std::string_view what, std::string_view how, std::size_t bytes) {
     out += fmt::format("  {:<22}{:<24}{:>12}\n", what, how, format_bytes(bytes));
   };

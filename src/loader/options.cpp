@@ -29,8 +29,8 @@ void validate(const LoaderOptions& o) {
     throw std::invalid_argument(fmt::format(
         "LoaderOptions::memory_fraction is {}; it must be in (0, 1]", o.memory_fraction));
   }
-  check_range("prefetch_factor", o.prefetch_factor, std::size_t{1}, kMaxPrefetchFactor,
-              " (batches in flight per worker)");
+  check_range("prefetch_factor", o.prefetch_factor, std::size_t{0}, kMaxPrefetchFactor,
+              " (batches in flight per worker; 0 is kAdaptivePrefetch, which adapts)");
   if (o.timeout.count() < 0) {
     throw std::invalid_argument(fmt::format(
         "LoaderOptions::timeout is {} ms; it must be >= 0 (0 waits forever)", o.timeout.count()));

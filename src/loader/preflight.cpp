@@ -72,10 +72,13 @@ const ResolvedOptions& Preflight::resolve() {
   if (resolved_) return *resolved_;
   // kAuto: the recommendation for one worker's memory on this machine.
   const std::optional<std::size_t> bytes = sample_bytes();
-  const MemoryEstimate one = estimate(1, options_.batch_size, bytes.value_or(0));
-  const WorkerRecommendation r = recommend_num_workers(
-      probe_system(), one.worker_private_bytes + options_.prefetch_factor * one.slot_bytes,
-      options_.memory_fraction, detect_launch_quietly().local_world_size);
+  const std::size_t depth = options_.prefetch_factor == kAdaptivePrefetch
+                                ? kMinAdaptivePrefetch
+                                : options_.prefetch_factor;
+  const MemoryEstimate one = estimate(1, options_.batch_size, bytes.value_or(0), depth);
+  const WorkerRecommendation r =
+      recommend_num_workers(probe_system(), one.worker_private_bytes + depth * one.slot_bytes,
+                            options_.memory_fraction, detect_launch_quietly().local_world_size);
   resolved_ = resolve_options(options_, r.num_workers, iterable_);
   try {
     logger().info("stoker: num_workers = kAuto chose {}: {}", r.num_workers, r.reason);
@@ -84,11 +87,18 @@ const ResolvedOptions& Preflight::resolve() {
   return *resolved_;
 }
 
-MemoryEstimate Preflight::estimate(std::size_t workers, std::size_t batch,
-                                   std::size_t bytes) const {
+std::size_t Preflight::depth_limit() const noexcept {
+  if (depth_limit_ > 0) return depth_limit_;
+  if (resolved_) return resolved_->max_depth;
+  return options_.prefetch_factor == kAdaptivePrefetch ? kMaxAdaptivePrefetch
+                                                       : options_.prefetch_factor;
+}
+
+MemoryEstimate Preflight::estimate(std::size_t workers, std::size_t batch, std::size_t bytes,
+                                   std::size_t depth) const {
   EstimateInputs in;
   in.num_workers = workers;
-  in.prefetch_factor = options_.prefetch_factor;
+  in.prefetch_factor = depth > 0 ? depth : depth_limit();
   in.batch_size = batch;
   in.bytes_per_sample = bytes;
   in.streaming =
@@ -116,28 +126,70 @@ MemoryEstimate Preflight::estimate() {
   return estimate(r.num_workers, options_.batch_size, sample_bytes().value_or(0));
 }
 
-void Preflight::check() {
+void Preflight::check(bool may_wait_for_first_batch) {
   if (checked_) return;
   const ResolvedOptions& r = resolve();
-  const std::optional<std::size_t> bytes = sample_bytes();
-  if (bytes && options_.check_memory) {
-    check_memory(*bytes, options_.memory_limit ? SystemInfo{} : probe_memory_limits());
+  if (!options_.check_memory && r.pinning == Pinning::kNone) {
+    checked_ = true;  // nothing needs the bytes per sample
+    return;
   }
-  if (bytes && r.pinning != Pinning::kNone) check_pinned(*bytes);
+  const bool known = options_.sample_bytes > 0 || measured_sample_bytes_.has_value();
+  if (!known && may_wait_for_first_batch && probe_.sample_bytes && !probe_failed_ &&
+      !options_.collate) {
+    awaiting_first_batch_ = true;
+    return;
+  }
+  if (const std::optional<std::size_t> bytes = sample_bytes()) run_checks(*bytes);
   checked_ = true;
+}
+
+void Preflight::check_first_batch(std::optional<std::size_t> bytes,
+                                  std::optional<std::size_t> worker_base) {
+  awaiting_first_batch_ = false;
+  if (!bytes) {
+    probe_failed_ = true;
+    checked_ = true;
+    try {
+      logger().warn(
+          "stoker: could not measure the bytes per sample (the first batch threw, crashed or "
+          "did not come), so the loader's memory is not checked; give "
+          "LoaderOptions::sample_bytes to check it");
+    } catch (...) {
+    }
+    return;
+  }
+  measured_sample_bytes_ = bytes;
+  if (worker_base && *worker_base > 0) measured_worker_base_ = worker_base;
+  run_checks(*bytes);
+  checked_ = true;
+}
+
+void Preflight::run_checks(std::size_t bytes) {
+  std::size_t depth = resolved_->max_depth;
+  if (options_.check_memory) {
+    depth = check_memory(bytes, options_.memory_limit ? SystemInfo{} : probe_memory_limits());
+  }
+  if (resolved_->pinning != Pinning::kNone) depth = check_pinned(bytes, depth);
+  depth_limit_ = depth;
 }
 
 // Refuses, before forking, a loader whose locked memory would pass the pinned allocator's
 // budget (the ring itself for kRegister, the staging blocks for kCopy).
-void Preflight::check_pinned(std::size_t bytes) {
+std::size_t Preflight::check_pinned(std::size_t bytes, std::size_t max_depth) {
   const ResolvedOptions& r = *resolved_;
-  const MemoryEstimate e = estimate(r.num_workers, options_.batch_size, bytes);
   const bool ring = r.pinning == Pinning::kRegister;
-  const std::size_t locked = ring ? e.ring_bytes : e.pinned_bytes;
   const PinnedStats now = r.allocator->stats();
   // Cached blocks count as free: the allocator releases them when it needs the room.
   const std::size_t free = now.budget_bytes - std::min(now.budget_bytes, now.in_use_bytes);
-  if (locked <= free) return;
+  auto locked_at = [&](std::size_t depth) {
+    const MemoryEstimate at = estimate(r.num_workers, options_.batch_size, bytes, depth);
+    return ring ? at.ring_bytes : at.pinned_bytes;
+  };
+  for (std::size_t depth = max_depth; depth >= r.min_depth && depth > 0; --depth) {
+    if (locked_at(depth) <= free) return depth;
+  }
+  const MemoryEstimate e = estimate(r.num_workers, options_.batch_size, bytes, r.min_depth);
+  const std::size_t locked = ring ? e.ring_bytes : e.pinned_bytes;
   throw PinnedMemoryError(
       fmt::format(
           "DataLoader: pin_memory would lock about {} ({}) but the pinned allocator "
@@ -152,8 +204,9 @@ void Preflight::check_pinned(std::size_t bytes) {
       locked, now.budget_bytes, now.in_use_bytes + now.cached_bytes);
 }
 
-void Preflight::check_memory(std::size_t bytes, const SystemInfo& system) {
+std::size_t Preflight::check_memory(std::size_t bytes, const SystemInfo& system) {
   const std::size_t num_workers = resolved_->num_workers;
+  const std::size_t min_depth = resolved_->min_depth;
   std::uint64_t allowed = 0;
   std::string limit;
   if (options_.memory_limit) {
@@ -161,7 +214,7 @@ void Preflight::check_memory(std::size_t bytes, const SystemInfo& system) {
     limit = "LoaderOptions::memory_limit";
   } else {
     const std::optional<std::uint64_t> usable = system.usable_memory();
-    if (!usable) return;  // nothing to check against
+    if (!usable) return resolved_->max_depth;  // nothing to check against
     allowed = static_cast<std::uint64_t>(static_cast<double>(*usable) * options_.memory_fraction);
     const bool cgroup = system.cgroup_limit.value &&
                         (!system.mem_available.value ||
@@ -173,10 +226,15 @@ void Preflight::check_memory(std::size_t bytes, const SystemInfo& system) {
                     cgroup ? "under the memory cgroup's limit (" + system.cgroup_limit.source + ")"
                            : "by MemAvailable");
   }
-  const MemoryEstimate e = estimate(num_workers, options_.batch_size, bytes);
-  if (e.loader_bytes <= allowed) return;
+  // The deepest prefetch that fits; a fixed prefetch_factor has only its own depth to try.
+  for (std::size_t depth = resolved_->max_depth; depth >= min_depth && depth > 0; --depth) {
+    if (estimate(num_workers, options_.batch_size, bytes, depth).loader_bytes <= allowed) {
+      return depth;
+    }
+  }
+  const MemoryEstimate e = estimate(num_workers, options_.batch_size, bytes, min_depth);
   auto fits = [&](std::size_t w, std::size_t b) {
-    return estimate(w, b, bytes).loader_bytes <= allowed;
+    return estimate(w, b, bytes, min_depth).loader_bytes <= allowed;
   };
   std::string advice;
   std::optional<std::size_t> fitting_workers;

@@ -27,20 +27,36 @@ class Preflight {
   const ResolvedOptions& resolve();
   bool is_resolved() const noexcept { return resolved_.has_value(); }
   // Before the first epoch forks: the memory and pinned checks, until one passes (a failure
-  // is thrown again by the next begin()). Throws MemoryBudgetError or PinnedMemoryError.
-  void check();
+  // is thrown again by the next begin()). Throws MemoryBudgetError or PinnedMemoryError. When
+  // the bytes per sample are not known yet and `may_wait_for_first_batch` (a fresh epoch of a
+  // map-style dataset with the default collate), it measures nothing now and the check waits
+  // for the epoch's first batch instead (awaiting_first_batch()): those samples are loaded
+  // once, by the workers, not also by a probe process.
+  void check(bool may_wait_for_first_batch);
+  bool awaiting_first_batch() const noexcept { return awaiting_first_batch_; }
+  // The first batch's figures: bytes per sample (empty: no part of it loaded) and the largest
+  // private memory of a worker after it (empty: unknown). Then the checks, as check().
+  void check_first_batch(std::optional<std::size_t> bytes, std::optional<std::size_t> worker_base);
   // The estimate of the resolved loader (resolving it first).
   MemoryEstimate estimate();
-  // The estimate for another worker count or batch size, with this loader's other options.
-  MemoryEstimate estimate(std::size_t workers, std::size_t batch, std::size_t bytes) const;
+  // The estimate for another worker count or batch size, with this loader's other options, at
+  // prefetch depth `depth` (0: the deepest this loader may reach, depth_limit()).
+  MemoryEstimate estimate(std::size_t workers, std::size_t batch, std::size_t bytes,
+                          std::size_t depth = 0) const;
+  // The deepest prefetch the checks allow: the resolved max_depth until they have run, then the
+  // largest depth whose estimate fits the memory limit and the pinned budget (adaptive depth;
+  // a fixed prefetch_factor is its own limit).
+  std::size_t depth_limit() const noexcept;
   // Bytes per sample: given, or measured once by the probe; empty when it cannot be known.
   std::optional<std::size_t> sample_bytes();
   std::size_t cache_bytes() const noexcept { return probe_.cache_bytes; }
 
  private:
   std::chrono::milliseconds probe_timeout() const;
-  void check_memory(std::size_t bytes, const SystemInfo& system);
-  void check_pinned(std::size_t bytes);
+  void run_checks(std::size_t bytes);
+  // Each returns the largest depth that fits (at least the minimum), or throws.
+  std::size_t check_memory(std::size_t bytes, const SystemInfo& system);
+  std::size_t check_pinned(std::size_t bytes, std::size_t max_depth);
 
   const LoaderOptions& options_;
   bool iterable_;
@@ -51,6 +67,8 @@ class Preflight {
   std::optional<std::size_t> measured_worker_startup_;  // the part before its first sample
   bool probe_failed_ = false;
   bool checked_ = false;
+  bool awaiting_first_batch_ = false;
+  std::size_t depth_limit_ = 0;  // 0: not checked yet (the resolved max_depth)
 };
 
 }  // namespace stoker::detail

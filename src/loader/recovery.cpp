@@ -75,7 +75,7 @@ void LoaderCore::Impl::worker_died(std::size_t c) {
 }
 
 void LoaderCore::Impl::respawn(std::size_t c) {
-  const std::vector<std::pair<std::uint64_t, std::uint64_t>> lost = slots.take_issued(c);
+  const std::vector<LostTask> lost = slots.take_issued(c);
   const bool was_retiring = pool.channel(c).retiring;
   try {
     pool.spawn_on(c, pool.channel(c).position);
@@ -83,8 +83,10 @@ void LoaderCore::Impl::respawn(std::size_t c) {
     fail_epoch();  // the lost batches cannot be reloaded: end the epoch, clearly
     throw;
   }
-  for (const auto& [plan_id, k] : lost) {
-    if (EpochPlan* plan = live_plan(plan_id)) send_task(c, *slots.free_slot(c), *plan, k);
+  for (const LostTask& task : lost) {
+    if (EpochPlan* plan = live_plan(task.plan)) {
+      send_task(c, *slots.free_slot(c), *plan, task.batch, task.part);
+    }
   }
   if (was_retiring) {
     pool.channel(c).retiring = true;
@@ -104,20 +106,21 @@ void LoaderCore::Impl::timed_out(Clock::duration waited) {
 }
 
 bool LoaderCore::Impl::blocked_by_held_batches() const noexcept {
-  if (num_workers() == 0) return slots.all_held(0);
+  // A channel whose held slots fill its prefetch depth cannot take the next batch.
+  auto full = [&](std::size_t c) { return slots.held(c) >= depth.depth(); };
+  if (num_workers() == 0) return full(0);
   if (options.in_order) {
     if (current->issued > current->next_in_order) return false;  // it is being loaded
-    return slots.all_held(pool.channel_of_worker(current->next_in_order % num_workers()));
+    return full(pool.channel_of_worker(current->next_in_order % num_workers()));
   }
   for (std::size_t p = 0; p < num_workers(); ++p) {
-    if (!slots.all_held(pool.channel_of_worker(p))) return false;
+    if (!full(pool.channel_of_worker(p))) return false;
   }
   return true;
 }
 
 std::string LoaderCore::Impl::held_text() const {
-  return held_message(slots.count(Phase::kHeld), slots.size(), num_workers(),
-                      options.prefetch_factor);
+  return held_message(slots.count(Phase::kHeld), num_workers(), depth.depth(), depth.adaptive());
 }
 
 HeldBatchesTimeout LoaderCore::Impl::held_timeout(std::optional<Clock::duration> waited) const {

@@ -10,8 +10,10 @@ ResolvedOptions resolve_options(const LoaderOptions& options, std::size_t num_wo
   r.ordered = options.in_order || num_workers == 0;
   r.skip_samples = options.on_sample_error == OnSampleError::kSkip;
   r.recycling = num_workers > 0 && options.max_batches_per_worker > 0;
-  r.geometry =
-      ring_geometry(num_workers, options.prefetch_factor, r.recycling, options.max_batch_bytes);
+  r.adaptive_depth = options.prefetch_factor == kAdaptivePrefetch;
+  r.min_depth = r.adaptive_depth ? kMinAdaptivePrefetch : options.prefetch_factor;
+  r.max_depth = r.adaptive_depth ? kMaxAdaptivePrefetch : options.prefetch_factor;
+  r.geometry = ring_geometry(num_workers, r.max_depth, r.recycling, options.max_batch_bytes);
   if (options.pin_memory) {
     r.pinning = options.pin_mode == PinMode::kCopy ? Pinning::kCopy : Pinning::kRegister;
     r.allocator = options.pinned_allocator ? options.pinned_allocator : PinnedAllocator::global();

@@ -28,6 +28,11 @@ struct ResolvedOptions {
   bool ordered = true;          // deliver in batch order: in_order, or loading in-process
   bool skip_samples = false;    // OnSampleError::kSkip
   bool recycling = false;       // max_batches_per_worker > 0 with workers: a spare channel
+  // Prefetch depth (prefetch_depth.hpp): fixed at prefetch_factor, or adaptive between
+  // kMinAdaptivePrefetch and kMaxAdaptivePrefetch. The ring has max_depth slots per channel.
+  bool adaptive_depth = false;
+  std::size_t min_depth = 2;
+  std::size_t max_depth = 2;
   RingGeometry geometry;
   Pinning pinning = Pinning::kNone;
   std::shared_ptr<PinnedAllocator> allocator;  // non-null unless pinning is kNone

@@ -7,8 +7,8 @@
 namespace stoker::detail {
 namespace {
 
-// The arrows of the life cycle (slot_table.hpp).
-constexpr bool allowed(Phase from, Phase to) noexcept {
+// The arrows of the life cycle (slot_table.hpp); used by the assertions only.
+[[maybe_unused]] constexpr bool allowed(Phase from, Phase to) noexcept {
   switch (from) {
     case Phase::kFree:
       return to == Phase::kIssued;
@@ -37,10 +37,18 @@ void SlotTable::set_phase(std::size_t s, Phase from, Phase to) noexcept {
   slots_[s].phase = to;
 }
 
-void SlotTable::issue(std::size_t s, std::uint64_t plan, std::uint64_t k) noexcept {
+void SlotTable::issue(std::size_t s, std::uint64_t plan, std::uint64_t k,
+                      std::uint32_t part) noexcept {
   set_phase(s, Phase::kFree, Phase::kIssued);
   slots_[s].plan = plan;
   slots_[s].batch = k;
+  slots_[s].part = part;
+}
+
+void SlotTable::make_whole(std::size_t s) noexcept {
+  STOKER_ASSERT(slots_[s].phase == Phase::kReady && slots_[s].part == 0,
+                "only a ready host slot of a split batch is made whole");
+  slots_[s].part = kWholeBatch;
 }
 
 std::optional<std::size_t> SlotTable::free_slot(std::size_t c) const noexcept {
@@ -78,12 +86,12 @@ void SlotTable::drop_ready_unless(const std::function<bool(std::uint64_t)>& live
   }
 }
 
-std::vector<std::pair<std::uint64_t, std::uint64_t>> SlotTable::take_issued(std::size_t c) {
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> lost;
+std::vector<LostTask> SlotTable::take_issued(std::size_t c) {
+  std::vector<LostTask> lost;
   const std::size_t first = c * per_channel_;
   for (std::size_t s = first; s < first + per_channel_; ++s) {
     if (slots_[s].phase != Phase::kIssued) continue;
-    lost.emplace_back(slots_[s].plan, slots_[s].batch);
+    lost.push_back({slots_[s].plan, slots_[s].batch, slots_[s].part});
     set_phase(s, Phase::kIssued, Phase::kFree);
   }
   std::sort(lost.begin(), lost.end());
@@ -95,9 +103,27 @@ std::optional<std::size_t> SlotTable::deliverable(std::uint64_t plan, bool order
   std::optional<std::size_t> found;
   for (std::size_t s = 0; s < slots_.size(); ++s) {
     if (slots_[s].phase != Phase::kReady || slots_[s].plan != plan) continue;
+    if (slots_[s].part != kWholeBatch) continue;  // a part is delivered with its batch
     if (ordered && slots_[s].batch == next_in_order) return s;
     if (!ordered && (!found || slots_[s].batch < slots_[*found].batch)) found = s;
   }
+  return found;
+}
+
+std::vector<std::size_t> SlotTable::ready_parts(std::uint64_t plan, std::uint64_t k,
+                                                std::size_t parts) const {
+  std::vector<std::size_t> found(parts, slots_.size());
+  std::size_t count = 0;
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    const SlotState& slot = slots_[s];
+    if (slot.phase != Phase::kReady || slot.plan != plan || slot.batch != k ||
+        slot.part == kWholeBatch || slot.part >= parts) {
+      continue;
+    }
+    found[slot.part] = s;
+    ++count;
+  }
+  if (count != parts) found.clear();
   return found;
 }
 
@@ -124,6 +150,22 @@ bool SlotTable::all_held(std::size_t c) const noexcept {
     if (slots_[s].phase != Phase::kHeld) return false;
   }
   return true;
+}
+
+std::size_t SlotTable::in_use(std::size_t c) const noexcept {
+  std::size_t n = 0;
+  for (std::size_t s = c * per_channel_; s < (c + 1) * per_channel_; ++s) {
+    n += slots_[s].phase != Phase::kFree ? 1U : 0U;
+  }
+  return n;
+}
+
+std::size_t SlotTable::held(std::size_t c) const noexcept {
+  std::size_t n = 0;
+  for (std::size_t s = c * per_channel_; s < (c + 1) * per_channel_; ++s) {
+    n += slots_[s].phase == Phase::kHeld ? 1U : 0U;
+  }
+  return n;
 }
 
 std::size_t SlotTable::count(Phase phase) const noexcept {

@@ -26,10 +26,27 @@ namespace stoker::detail {
 
 enum class Phase : std::uint8_t { kFree, kIssued, kReady, kHeld };
 
+// A slot carries a whole batch, or one part of a split batch 0 (EpochPlan::first_parts): part
+// 0 is the host, whose fields are sized for the whole batch and receive the other parts' rows.
+inline constexpr std::uint32_t kWholeBatch = ~std::uint32_t{0};
+
 struct SlotState {
   Phase phase = Phase::kFree;
   std::uint64_t plan = 0;
   std::uint64_t batch = 0;
+  std::uint32_t part = kWholeBatch;
+};
+
+// A batch the loader lost and gives again: (plan, batch, part).
+struct LostTask {
+  std::uint64_t plan;
+  std::uint64_t batch;
+  std::uint32_t part;
+  friend bool operator<(const LostTask& a, const LostTask& b) noexcept {
+    return a.plan != b.plan     ? a.plan < b.plan
+           : a.batch != b.batch ? a.batch < b.batch
+                                : a.part < b.part;
+  }
 };
 
 class SlotTable {
@@ -45,9 +62,13 @@ class SlotTable {
   // The one way a phase changes: asserts (INV-SLOT-1) that slot s is in `from` and that
   // from -> to is an arrow of the life cycle.
   void set_phase(std::size_t s, Phase from, Phase to) noexcept;
-  // kFree -> kIssued, carrying batch k of plan `plan`.
-  void issue(std::size_t s, std::uint64_t plan, std::uint64_t k) noexcept;
+  // kFree -> kIssued, carrying batch k of plan `plan` (or part `part` of it).
+  void issue(std::size_t s, std::uint64_t plan, std::uint64_t k,
+             std::uint32_t part = kWholeBatch) noexcept;
 
+  // A split batch's host slot (part 0), once the other parts' rows are in it, carries the whole
+  // batch.
+  void make_whole(std::size_t s) noexcept;
   // A kFree slot of channel c, if any.
   std::optional<std::size_t> free_slot(std::size_t c) const noexcept;
   // kHeld slots whose Batch is gone (`held[s]` false, acquire: pairs with the lease's release)
@@ -57,20 +78,26 @@ class SlotTable {
   void free_issued(std::optional<std::size_t> c = std::nullopt) noexcept;
   // kReady slots of plans for which `live(plan)` is false become kFree.
   void drop_ready_unless(const std::function<bool(std::uint64_t plan)>& live) noexcept;
-  // Channel c's kIssued slots, freed, as (plan, batch) pairs in order: what its dead worker had
-  // not delivered.
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> take_issued(std::size_t c);
+  // Channel c's kIssued slots, freed, in order: what its dead worker had not delivered.
+  std::vector<LostTask> take_issued(std::size_t c);
 
-  // The ready slot to deliver next for `plan`: batch `next_in_order` when ordered, else the
-  // lowest ready batch.
+  // The ready slot of a whole batch to deliver next for `plan`: batch `next_in_order` when
+  // ordered, else the lowest ready batch.
   std::optional<std::size_t> deliverable(std::uint64_t plan, bool ordered,
                                          std::uint64_t next_in_order) const noexcept;
+  // The kReady slots of the parts of batch k of `plan`, by part number, when all `parts` are
+  // ready; empty otherwise.
+  std::vector<std::size_t> ready_parts(std::uint64_t plan, std::uint64_t k,
+                                       std::size_t parts) const;
   // The kIssued slot of `plan` with the oldest batch.
   std::optional<std::size_t> oldest_issued(std::uint64_t plan) const noexcept;
   // Whether a slot of `plan` is still being loaded or waits to be delivered.
   bool pending(std::uint64_t plan) const noexcept;
   // Whether every slot of channel c is kHeld.
   bool all_held(std::size_t c) const noexcept;
+  // Slots of channel c that are not kFree (in flight: issued, ready or held), and those kHeld.
+  std::size_t in_use(std::size_t c) const noexcept;
+  std::size_t held(std::size_t c) const noexcept;
   std::size_t count(Phase phase) const noexcept;
   std::size_t count_ready(std::uint64_t plan) const noexcept;
 

@@ -179,6 +179,7 @@ void StatsCollector::begin_epoch(std::size_t num_workers, std::uint64_t epoch,
   ahead_epoch_.reset();
   requests_ = 0;
   ready_sum_ = 0;
+  occupancy_sum_ = 0;
   samples_ = 0;
   bytes_ = 0;
   window_count_ = 0;
@@ -191,8 +192,8 @@ void StatsCollector::begin_epoch(std::size_t num_workers, std::uint64_t epoch,
   cpu_at_start_ = read_cpu_times();
 }
 
-void StatsCollector::on_batch_loaded(std::size_t worker, pid_t pid,
-                                     const SlotHeader& header) noexcept {
+void StatsCollector::on_batch_loaded(std::size_t worker, pid_t pid, const SlotHeader& header,
+                                     bool whole) noexcept {
   if (!enabled_ || header.end_ns < header.start_ns) return;
   const std::uint64_t busy = header.end_ns - header.start_ns;
   std::vector<WorkerAccum>* into = &workers_;
@@ -209,7 +210,7 @@ void StatsCollector::on_batch_loaded(std::size_t worker, pid_t pid,
   }
   if (worker < into->size()) {
     WorkerAccum& w = (*into)[worker];
-    ++w.batches;
+    w.batches += whole ? 1U : 0U;
     w.samples += header.num_kept;
     w.busy_ns += busy;
     if (header.stages_timed != 0) {
@@ -226,10 +227,11 @@ void StatsCollector::on_batch_loaded(std::size_t worker, pid_t pid,
   }
 }
 
-void StatsCollector::on_request(std::size_t ready, std::uint64_t now_ns) {
+void StatsCollector::on_request(std::size_t ready, std::size_t capacity, std::uint64_t now_ns) {
   if (!enabled_) return;
   ++requests_;
   ready_sum_ += ready;
+  if (capacity > 0) occupancy_sum_ += static_cast<double>(ready) / static_cast<double>(capacity);
   if (tracing()) {
     record(TraceEvent{TraceEvent::Kind::kReady, self_, 0, now_ns, 0, ready, epoch_, 0, 0, 0});
   }
@@ -291,10 +293,9 @@ void StatsCollector::fill(LoaderStats& out, const std::vector<pid_t>& pids,
     out.workers.push_back(w);
   }
   if (!enabled_) return;
+  // The mean of ready / capacity at each request: the depth (and so the capacity) can change.
   out.ring_occupancy =
-      requests_ > 0 && ring_slots > 0
-          ? static_cast<double>(ready_sum_) / static_cast<double>(requests_ * ring_slots)
-          : 0;
+      requests_ > 0 && ring_slots > 0 ? occupancy_sum_ / static_cast<double>(requests_) : 0;
   if (window_count_ > 0) {
     // From the oldest checkpoint (at most ~5 s back) to the last delivery.
     const Checkpoint& oldest = window_[(window_next_ + kWindow - window_count_) % kWindow];

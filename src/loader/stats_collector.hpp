@@ -62,9 +62,13 @@ class StatsCollector {
   // A new epoch: the per-worker figures, window and occupancy start over.
   void begin_epoch(std::size_t num_workers, std::uint64_t epoch, std::uint64_t now_ns);
   // A loading process published the batch in `header` (worker id `worker`, process `pid`).
-  void on_batch_loaded(std::size_t worker, pid_t pid, const SlotHeader& header) noexcept;
+  // `whole` is false for a part of a split batch 0 other than its host: its samples and time
+  // count for the worker, its batch for the host's.
+  void on_batch_loaded(std::size_t worker, pid_t pid, const SlotHeader& header,
+                       bool whole = true) noexcept;
   // The consumer asked for a batch and `ready` were waiting in the ring.
-  void on_request(std::size_t ready, std::uint64_t now_ns);
+  // `capacity`: the slots the loader could have had ready then (workers x prefetch depth).
+  void on_request(std::size_t ready, std::size_t capacity, std::uint64_t now_ns);
   // Batch `index` was handed to the consumer after a wait of [start, end).
   void on_delivered(std::uint64_t start_ns, std::uint64_t end_ns, std::uint64_t index,
                     std::uint64_t samples, std::uint64_t bytes);
@@ -102,6 +106,7 @@ class StatsCollector {
   std::optional<std::uint64_t> ahead_epoch_;
   std::uint64_t requests_ = 0;
   std::uint64_t ready_sum_ = 0;
+  double occupancy_sum_ = 0;  // of ready / capacity at each request
   std::uint64_t samples_ = 0;
   std::uint64_t bytes_ = 0;
   std::uint64_t last_delivery_ns_ = 0;

@@ -263,6 +263,7 @@ TEST_CASE("a worker_init error in an iterable dataset ends that worker's stream,
   LoaderOptions opt;
   opt.batch_size = 4;
   opt.num_workers = 2;
+  opt.prefetch_factor = 2;  // a fixed depth: at most 2 batches given to worker 1 at once
   opt.in_order = in_order;
   opt.worker_init = [](std::size_t id) {
     if (id == 1) throw std::runtime_error("no shard for worker 1");

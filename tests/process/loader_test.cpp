@@ -387,9 +387,12 @@ TEST_CASE("worker_info() and worker_init describe each worker", "[loader][worker
   REQUIRE(worker_info() == nullptr);
   DataLoader loader(dataset, opt);
   for (const Batch& batch : loader) {
-    // Batch k is loaded by worker k mod 3.
-    for (const std::size_t i : batch.indices()) {
-      REQUIRE(seen[10 + i].load() == static_cast<std::int64_t>(batch.index() % 3) + 1);
+    // Batch k is loaded by worker k mod 3; a fresh iterator's batch 0 is split, row r of its
+    // two by worker r.
+    for (std::size_t r = 0; r < batch.size(); ++r) {
+      const std::size_t i = batch.indices()[r];
+      const std::size_t worker = batch.index() == 0 ? r : batch.index() % 3;
+      REQUIRE(seen[10 + i].load() == static_cast<std::int64_t>(worker) + 1);
       REQUIRE(pids[i].load() != getpid());
     }
   }
@@ -440,6 +443,6 @@ TEST_CASE("bad options are rejected when the loader is built", "[loader][options
   REQUIRE_THROWS_WITH(DataLoader(IndexDataset{}, opt),
                       Catch::Contains("num_workers is -2") && Catch::Contains("kAuto"));
   opt.num_workers = 2;
-  opt.prefetch_factor = 0;
+  opt.prefetch_factor = kMaxPrefetchFactor + 1;  // 0 is kAdaptivePrefetch, the default
   REQUIRE_THROWS_WITH(DataLoader(IndexDataset{}, opt), Catch::Contains("prefetch_factor"));
 }

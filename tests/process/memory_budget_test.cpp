@@ -128,7 +128,12 @@ TEST_CASE("memory_estimate() measures the samples and breaks the peak down", "[m
   DataLoader loader(Images{}, opt);
   const MemoryEstimate e = loader.memory_estimate();
   REQUIRE(e.bytes_per_sample == 3 * 224 * 224 + 8);
-  REQUIRE(e.num_slots == 4);
+  // The adaptive prefetch depth (the default) counts the deepest it may reach.
+  REQUIRE(e.num_slots == 2 * kMaxAdaptivePrefetch);
+  opt.prefetch_factor = 2;  // a fixed depth counts itself
+  DataLoader fixed(Images{}, opt);
+  REQUIRE(fixed.memory_estimate().num_slots == 4);
+  opt.prefetch_factor = kAdaptivePrefetch;
   REQUIRE(e.rule_of_thumb_bytes == 3 * 64 * e.bytes_per_sample);
   opt.sample_bytes = 1000;
   DataLoader given(Images{}, opt);

@@ -252,3 +252,62 @@ TEST_CASE("diagnose(stats) probes this machine itself", "[diagnose]") {
   CHECK_FALSE(d.summary.empty());
   CHECK(d.verdict != Verdict::kUnknown);
 }
+
+namespace {
+
+// The bubbles of a shallow prefetch: 2 workers 70% busy, each blocked on full slots 25% of the
+// 10 s epoch, while the consumer waited 30% of it (2 cores, 80% busy).
+LoaderStats bubbles(bool adaptive, std::size_t depth, std::size_t limit, bool at_limit) {
+  LoaderStats s = epoch(0.30, 2, 0.7, 0.8);
+  s.logical_cpus = 2;
+  for (WorkerStats& w : s.workers) w.blocked_seconds = 2.5;
+  s.prefetch_adaptive = adaptive;
+  s.prefetch_depth = depth;
+  s.prefetch_depth_limit = limit;
+  s.prefetch_at_limit = at_limit;
+  return s;
+}
+
+SystemInfo two_cores() {
+  SystemInfo s = roomy();
+  s.logical_cpus.value = 2;
+  s.physical_cores.value = 2;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("diagnose: workers blocked on full slots at a fixed prefetch_factor: raise it",
+          "[diagnose]") {
+  const Diagnosis d = diagnose(bubbles(false, 2, 2, false), two_cores());
+  CHECK(d.verdict == Verdict::kDataBound);
+  CHECK_THAT(d.summary, Catch::StartsWith("data-bound: workers blocked on full slots 25% of the "
+                                          "time while the consumer waited 30%"));
+  CHECK_THAT(d.advice, Catch::Contains("prefetch_factor=2") &&
+                           Catch::Contains("raise prefetch_factor") &&
+                           Catch::Contains("kAdaptivePrefetch"));
+  CHECK_THAT(to_string(d), Catch::Contains("prefetch depth: 2 batches per worker (prefetch_factor, "
+                                           "fixed); workers blocked on full slots 25% of the "
+                                           "time"));
+}
+
+TEST_CASE("diagnose: the adaptive depth at its memory limit says so", "[diagnose]") {
+  const Diagnosis d = diagnose(bubbles(true, 3, 3, true), two_cores());
+  CHECK(d.verdict == Verdict::kDataBound);
+  CHECK_THAT(d.advice, Catch::Contains("adaptive prefetch depth reached its memory limit (3 "
+                                       "batches per worker)") &&
+                           Catch::Contains("memory_limit"));
+  CHECK_THAT(to_string(d), Catch::Contains("adaptive, at most 3 within the memory limit"));
+}
+
+TEST_CASE("diagnose: an adaptive depth below its limit is still rising", "[diagnose]") {
+  const Diagnosis d = diagnose(bubbles(true, 4, 8, false), two_cores());
+  CHECK_THAT(d.advice, Catch::Contains("is 4 of at most 8 and still rising"));
+}
+
+TEST_CASE("diagnose: workers hardly blocked keep the other data-bound advice", "[diagnose]") {
+  LoaderStats s = bubbles(false, 2, 2, false);
+  for (WorkerStats& w : s.workers) w.blocked_seconds = 0.1;  // 1%: below the threshold
+  const Diagnosis d = diagnose(s, two_cores());
+  CHECK_THAT(d.summary, !Catch::Contains("blocked on full slots"));
+}

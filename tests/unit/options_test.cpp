@@ -18,7 +18,7 @@ TEST_CASE("validate: the defaults are valid", "[options]") {
   const LoaderOptions o;
   REQUIRE(o.batch_size == 1);
   REQUIRE(o.num_workers == 0);
-  REQUIRE(o.prefetch_factor == 2);
+  REQUIRE(o.prefetch_factor == kAdaptivePrefetch);
   REQUIRE_FALSE(o.persistent_workers);
   REQUIRE(o.timeout.count() == 0);
   REQUIRE(o.max_batch_bytes == std::size_t{1} << 30);
@@ -87,16 +87,15 @@ TEST_CASE("validate: num_workers below 0 and above kMaxWorkers", "[options]") {
   REQUIRE_THROWS_WITH(validate(o), Contains("num_workers is 257"));
 }
 
-TEST_CASE("validate: prefetch_factor 0 and above kMaxPrefetchFactor", "[options]") {
+TEST_CASE("validate: prefetch_factor 0 (adaptive) is valid, above kMaxPrefetchFactor is not",
+          "[options]") {
   LoaderOptions o;
-  o.prefetch_factor = 0;
-  REQUIRE_THROWS_AS(validate(o), std::invalid_argument);
-  REQUIRE_THROWS_WITH(
-      validate(o), Contains("LoaderOptions::prefetch_factor is 0") && Contains("between 1 and 64"));
+  o.prefetch_factor = kAdaptivePrefetch;
+  REQUIRE_NOTHROW(validate(o));
   o.prefetch_factor = 1000;
   REQUIRE_THROWS_AS(validate(o), std::invalid_argument);
   REQUIRE_THROWS_WITH(validate(o), Contains("LoaderOptions::prefetch_factor is 1000") &&
-                                       Contains("between 1 and 64"));
+                                       Contains("between 0 and 64") && Contains("adapts"));
 }
 
 TEST_CASE("validate: a negative timeout", "[options]") {

@@ -150,7 +150,7 @@ Batch make_batch(const std::shared_ptr<FakeSlot>& slot, bool views_own_slot = tr
   std::vector<Field> fields;
   fields.emplace_back("x", Tensor::view(DType::kFloat32, Shape{3, 2}, slot->x.data(), owner));
   fields.emplace_back("y", Tensor::view(DType::kInt64, Shape{3}, slot->y.data(), owner));
-  return Batch(std::move(fields), slot->indices, 2, 5, slot);
+  return detail::make_batch({std::move(fields), slot->indices, 2, 5, slot, std::nullopt, false});
 }
 
 std::shared_ptr<FakeSlot> make_slot(bool* destroyed) {
@@ -215,7 +215,8 @@ TEST_CASE("Batch: is_view is false when no field is a view", "[batch]") {
   std::vector<Field> fields;
   fields.emplace_back("x", Tensor::from<float>({1.0f, 2.0f}));
   const std::vector<std::size_t> indices{0, 1};
-  const Batch b(std::move(fields), indices, 0, 0, nullptr);
+  const Batch b =
+      detail::make_batch({std::move(fields), indices, 0, 0, nullptr, std::nullopt, false});
   REQUIRE_FALSE(b.is_view());
   REQUIRE(b.size() == 2);
 }

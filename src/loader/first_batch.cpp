@@ -1,0 +1,147 @@
+// LoaderCore::Impl, the first batch of an epoch: joining a batch 0 that was split across the
+// workers (dispatch.cpp issues the parts), and letting that first batch measure the samples for
+// the memory check, so a fresh loader loads no sample twice (no probe process beforehand).
+
+#include "loader/loader_impl.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "ipc/spin.hpp"
+#include "os/assert.hpp"
+
+namespace stoker::detail {
+namespace {
+
+// The bytes of one row of a stacked batch: every field's bytes over its leading dimension.
+std::optional<std::size_t> bytes_per_row(const std::vector<Field>& fields) {
+  std::size_t bytes = 0;
+  for (const Field& field : fields) {
+    const Tensor& t = field.tensor;
+    if (t.dim() == 0 || t.shape()[0] <= 0) return std::nullopt;
+    bytes += t.nbytes() / static_cast<std::size_t>(t.shape()[0]);
+  }
+  return bytes;
+}
+
+std::string trailing_shape(const Tensor& t) {
+  std::vector<std::int64_t> dims(t.shape().begin() + (t.dim() > 0 ? 1 : 0), t.shape().end());
+  return Shape(dims).to_string();
+}
+
+}  // namespace
+
+std::size_t LoaderCore::Impl::join_split_first(const std::vector<std::size_t>& parts) {
+  EpochPlan& plan = *current;
+  const std::span<const std::size_t> indices = plan.batch(0);
+  auto free_others = [&](std::size_t keep) {
+    for (const std::size_t s : parts) {
+      if (s != keep) slots.set_phase(s, Phase::kReady, Phase::kFree);
+    }
+  };
+  // A part that failed is the batch's error: deliver() throws it.
+  for (const std::size_t s : parts) {
+    if (ring().header(s).status != SlotStatus::kOk) {
+      free_others(s);
+      return s;
+    }
+  }
+  const std::size_t host = parts[0];
+  const SlotHeader& host_header = ring().header(host);
+  std::vector<Field> into = read_fields(ring(), host, nullptr);
+  // The host's pages exist (its worker backed its whole fields): map them here before writing.
+  memory->ensure(host, host_header.descriptor_offset);
+  for (std::size_t j = 1; j < parts.size(); ++j) {
+    const std::size_t s = parts[j];
+    const std::size_t begin = plan.part_begin(j);
+    const std::size_t rows = plan.part_begin(j + 1) - begin;
+    const std::vector<Field> from = read_fields(ring(), s, nullptr);
+    for (std::size_t f = 0; f < std::max(into.size(), from.size()); ++f) {
+      const Field* want = f < into.size() ? &into[f] : nullptr;
+      const Field* got = f < from.size() ? &from[f] : nullptr;
+      if (want == nullptr || got == nullptr || want->name != got->name ||
+          want->tensor.dtype() != got->tensor.dtype() ||
+          trailing_shape(want->tensor) != trailing_shape(got->tensor) ||
+          got->tensor.shape()[0] != static_cast<std::int64_t>(rows)) {
+        WorkerException::Details details;
+        details.type_name = "stoker::CollateError";
+        details.where = "collate";
+        details.batch = 0;
+        details.worker_id = pool.channel(ring().channel_of(s)).position;
+        details.pid = pool.channel(ring().channel_of(s)).process.pid();
+        const std::string name = want != nullptr ? want->name : got->name;
+        details.message = fmt::format(
+            "collate: field '{}' of sample {} is {} {} but sample {} (the batch's first) has "
+            "{} {}; every sample of a batch must have the same fields, dtypes and shapes",
+            name, indices[begin], got != nullptr ? dtype_name(got->tensor.dtype()) : "missing",
+            got != nullptr ? trailing_shape(got->tensor) : "", indices[0],
+            want != nullptr ? dtype_name(want->tensor.dtype()) : "no such field",
+            want != nullptr ? trailing_shape(want->tensor) : "");
+        free_others(SIZE_MAX);
+        plan.mark_delivered(0);
+        throw WorkerException(std::move(details));
+      }
+      const std::size_t row_bytes = want->tensor.nbytes() / indices.size();
+      if (got->tensor.nbytes() > 0) {
+        std::memcpy(const_cast<std::byte*>(want->tensor.raw_data()) + begin * row_bytes,
+                    got->tensor.raw_data(), got->tensor.nbytes());
+      }
+    }
+    slots.set_phase(s, Phase::kReady, Phase::kFree);
+  }
+  // Every row is in: the host now carries the whole batch.
+  ring().header(host).num_kept = indices.size();
+  slots.make_whole(host);
+  return host;
+}
+
+void LoaderCore::Impl::await_first_batch() {
+  const Clock::time_point start = Clock::now();
+  for (;;) {
+    issue();
+    collect();
+    std::vector<std::size_t> ready;
+    if (current->first_parts > 0) {
+      ready = slots.ready_parts(current->id, 0, current->first_parts);
+    } else if (const std::optional<std::size_t> s = slots.deliverable(current->id, true, 0)) {
+      ready.push_back(*s);
+    }
+    if (!ready.empty()) {
+      std::optional<std::size_t> bytes;
+      std::optional<std::size_t> base;
+      for (const std::size_t s : ready) {
+        const SlotHeader& header = ring().header(s);
+        if (header.status != SlotStatus::kOk) continue;
+        if (const std::optional<std::size_t> row = bytes_per_row(read_fields(ring(), s, nullptr))) {
+          bytes = std::max(bytes.value_or(0), *row);
+        }
+        if (header.private_bytes > 0) base = std::max(base.value_or(0), header.private_bytes);
+      }
+      try {
+        preflight.check_first_batch(bytes, base);
+      } catch (...) {
+        fail_epoch();
+        throw;
+      }
+      depth.set_limit(preflight.depth_limit());  // the check has chosen it
+      issue();                                   // the check passed: the workers go on past batch 0
+      return;
+    }
+    if (num_workers() == 0) {
+      if (!load_inline()) break;
+      continue;
+    }
+    milliseconds limit{-1};
+    if (options.timeout.count() > 0) {
+      limit = std::chrono::ceil<milliseconds>(start + options.timeout - Clock::now());
+      if (limit.count() <= 0) break;
+    }
+    if (spin_until([&] { return progress_possible(); }, kMainSpin)) continue;
+    if (sleep_for_progress(limit)) break;  // a worker exited: the fetch will say why
+  }
+  preflight.check_first_batch(std::nullopt, std::nullopt);
+}
+
+}  // namespace stoker::detail

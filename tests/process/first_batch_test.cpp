@@ -1,0 +1,210 @@
+// A fresh iterator's first batch: split across the workers (each loads part of batch 0, in
+// order) and joined into one batch equal to what one worker would have made; and the memory
+// check measured from that first batch instead of a probe process, so no sample is loaded twice.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "support/clean_state.hpp"
+#include "support/datasets.hpp"
+
+using namespace stoker;
+using stoker::test::SharedCounters;
+
+namespace {
+
+// Sample i: its index, 3 random floats from sample_rng() and which worker loaded it. Every
+// get() is counted in shared memory, by sample, so the test sees calls from any process.
+struct Counted {
+  std::size_t n = 40;
+  const SharedCounters* calls = nullptr;  // [i]: get(i) calls; [n + i]: worker id + 1
+  std::size_t size() const { return n; }
+  Sample get(std::size_t i) const {
+    if (calls != nullptr) {
+      (*calls)[i].fetch_add(1);
+      const WorkerInfo* info = worker_info();
+      (*calls)[n + i] = info == nullptr ? 0 : static_cast<std::int64_t>(info->id) + 1;
+    }
+    Generator& g = sample_rng();
+    Sample s;
+    s.set("index", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(i)));
+    s.set("noise",
+          Tensor::from<float>({static_cast<float>(g.uniform()), static_cast<float>(g.uniform()),
+                               static_cast<float>(g.uniform())}));
+    return s;
+  }
+};
+
+struct Copy {
+  std::vector<std::int64_t> index;
+  std::vector<float> noise;
+  bool operator==(const Copy&) const = default;
+};
+
+Copy copy_of(const Batch& b) {
+  const std::int64_t* idx = b["index"].data<std::int64_t>();
+  const float* noise = b["noise"].data<float>();
+  return {std::vector<std::int64_t>(idx, idx + b.size()),
+          std::vector<float>(noise, noise + 3 * b.size())};
+}
+
+std::vector<Copy> epoch_of(DataLoader<Counted>& loader) {
+  std::vector<Copy> out;
+  for (const Batch& b : loader) {
+    REQUIRE(b.indices().size() == b.size());
+    out.push_back(copy_of(b));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a fresh iterator's batch 0 is split across the workers and equals one worker's",
+          "[first_batch]") {
+  const test::ProcessState baseline = test::process_state();
+  LoaderOptions opt;
+  opt.shuffle = true;
+  opt.seed = 7;
+  opt.sample_bytes = 64;  // no memory measurement here: only the split
+  opt.batch_size = GENERATE(std::size_t{5}, std::size_t{6}, std::size_t{8});
+  opt.num_workers = 0;
+  const std::vector<Copy> inline_epoch = [&] {
+    DataLoader loader(Counted{}, opt);
+    return epoch_of(loader);
+  }();
+  for (const int workers : {2, 3, 4}) {
+    CAPTURE(opt.batch_size, workers);
+    SharedCounters calls;
+    LoaderOptions o = opt;
+    o.num_workers = workers;
+    DataLoader loader(Counted{40, &calls}, o);
+    const std::vector<Copy> got = epoch_of(loader);
+    REQUIRE(got == inline_epoch);  // same samples, same order, same sample_rng() draws
+    // Row r of batch 0 came from worker floor(r / part) (parts in order); batch k >= 1 from
+    // worker k mod W as always.
+    const std::size_t rows = opt.batch_size;
+    const std::size_t parts = std::min<std::size_t>(static_cast<std::size_t>(workers), rows);
+    std::vector<std::int64_t> first_rows_workers;
+    for (std::size_t r = 0; r < rows; ++r) {
+      first_rows_workers.push_back(calls[40 + static_cast<std::size_t>(got[0].index[r])].load());
+    }
+    for (std::size_t r = 1; r < rows; ++r) {
+      REQUIRE(first_rows_workers[r] >= first_rows_workers[r - 1]);  // in order
+    }
+    REQUIRE(first_rows_workers.front() == 1);
+    REQUIRE(first_rows_workers.back() == static_cast<std::int64_t>(parts));
+    for (std::size_t k = 1; k < got.size(); ++k) {
+      const std::int64_t worker = calls[40 + static_cast<std::size_t>(got[k].index[0])].load();
+      REQUIRE(worker == static_cast<std::int64_t>(k % static_cast<std::size_t>(workers)) + 1);
+    }
+    for (std::size_t i = 0; i < 40; ++i) REQUIRE(calls[i].load() == 1);  // each sample once
+  }
+  STOKER_REQUIRE_CLEAN(baseline);
+}
+
+TEST_CASE("a split batch 0 whose parts disagree is a CollateError naming the field",
+          "[first_batch]") {
+  struct Uneven {
+    std::size_t size() const { return 16; }
+    Sample get(std::size_t i) const {
+      Sample s;
+      // Samples 0..3 (worker 0's part of batch 0) have 2 values, the rest 3.
+      s.set("x", Tensor::zeros(DType::kFloat32, Shape{i < 4 ? 2 : 3}));
+      return s;
+    }
+  };
+  LoaderOptions opt;
+  opt.batch_size = 8;
+  opt.num_workers = 2;
+  opt.sample_bytes = 16;
+  DataLoader loader(Uneven{}, opt);
+  auto it = loader.begin();
+  try {
+    (void)(it == loader.end());
+    FAIL("batch 0 was delivered");
+  } catch (const WorkerException& e) {
+    REQUIRE(e.type_name() == "stoker::CollateError");
+    REQUIRE(e.details().batch == std::optional<std::uint64_t>(0));
+    REQUIRE_THAT(std::string(e.what()),
+                 Catch::Contains("field 'x'") && Catch::Contains("[3]") && Catch::Contains("[2]"));
+  }
+  ++it;  // the loader is still usable: batch 1 (its samples disagree within it too)
+}
+
+TEST_CASE("a worker that dies while loading its part of batch 0 is respawned with it",
+          "[first_batch]") {
+  test::disable_core_dumps();
+  SharedCounters died;
+  LoaderOptions opt;
+  opt.batch_size = 8;
+  opt.num_workers = 2;
+  opt.sample_bytes = 64;
+  opt.on_worker_crash = OnWorkerCrash::kRespawn;
+  test::IndexDataset ds{32, [&died](std::size_t i) {
+                          // Sample 6 is in worker 1's part of batch 0: the first time, crash.
+                          if (i == 6 && test::in_worker() && died[0].fetch_add(1) == 0) _exit(9);
+                        }};
+  DataLoader loader(ds, opt);
+  std::vector<std::int64_t> seen;
+  for (const Batch& b : loader) {
+    for (const std::int64_t v : test::batch_indices(b)) seen.push_back(v);
+  }
+  std::vector<std::int64_t> expected(32);
+  for (std::size_t i = 0; i < 32; ++i) expected[i] = static_cast<std::int64_t>(i);
+  REQUIRE(seen == expected);
+  REQUIRE(loader.stats().respawns == 1);
+}
+
+TEST_CASE("the first batch measures the samples for the memory check: nothing is loaded twice",
+          "[first_batch][memory]") {
+  for (const int workers : {0, 1, 2}) {
+    CAPTURE(workers);
+    SharedCounters calls;
+    LoaderOptions opt;
+    opt.batch_size = 4;
+    opt.num_workers = workers;  // sample_bytes not given: the loader measures them
+    DataLoader loader(Counted{40, &calls}, opt);
+    std::size_t batches = 0;
+    for (const Batch& b : loader) batches += b.size() > 0 ? 1U : 0U;
+    REQUIRE(batches == 10);
+    for (std::size_t i = 0; i < 40; ++i) REQUIRE(calls[i].load() == 1);  // no probe process
+    const MemoryEstimate e = loader.memory_estimate();
+    REQUIRE(e.bytes_per_sample == 8 + 3 * 4);  // an int64 and 3 floats, measured
+  }
+}
+
+TEST_CASE("a first batch over the memory limit ends begin() with MemoryBudgetError",
+          "[first_batch][memory]") {
+  const test::ProcessState baseline = test::process_state();
+  struct Big {
+    std::size_t size() const { return 64; }
+    Sample get(std::size_t) const {
+      Sample s;
+      s.set("x", Tensor::zeros(DType::kUInt8, Shape{1 << 20}));
+      return s;
+    }
+  };
+  for (const int workers : {0, 2}) {
+    CAPTURE(workers);
+    LoaderOptions opt;
+    opt.batch_size = 8;
+    opt.num_workers = workers;
+    opt.memory_limit = std::uint64_t{4} << 20;  // a batch alone is 8 MiB
+    DataLoader loader(Big{}, opt);
+    REQUIRE_THROWS_AS(loader.begin(), MemoryBudgetError);
+    REQUIRE(loader.worker_pids().empty());  // stopped
+    REQUIRE(loader.epoch() == 0);           // the same epoch at the next begin()
+    // The bytes are known now: the next begin() refuses at once, before forking anything.
+    REQUIRE_THROWS_WITH(loader.begin(), Catch::Contains("not enough memory"));
+    REQUIRE(loader.worker_pids().empty());
+    REQUIRE(loader.memory_estimate().bytes_per_sample == std::size_t{1} << 20);
+  }
+  STOKER_REQUIRE_CLEAN(baseline);
+}

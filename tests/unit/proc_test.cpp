@@ -1,0 +1,193 @@
+// os/proc.hpp, the one /proc reader: the parse_* functions on sample texts (smaps_rollup lines
+// that start like "Pss" without being it, /proc/stat lines too short to use, meminfo keys that
+// are suffixes of others), read_meminfo under a fake root, count_threads() and process_tree()
+// of this process (with a forked child, the one fork in this file).
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "os/posix.hpp"
+#include "os/proc.hpp"
+#include "support/fake_root.hpp"
+
+using namespace stoker::detail;
+using stoker::test::FakeRoot;
+
+namespace {
+
+constexpr std::uint64_t kKiB = 1024;
+
+// The kernel's layout: the lines that share a prefix with Pss come first.
+constexpr const char* kSmapsRollup =
+    "55ed63fd9000-7ffe3f50f000 ---p 00000000 00:00 0                          [rollup]\n"
+    "Rss:                1772 kB\n"
+    "Pss_Dirty:           116 kB\n"
+    "Pss_Anon:            111 kB\n"
+    "Pss_File:             53 kB\n"
+    "Pss_Shmem:             5 kB\n"
+    "Pss:                 170 kB\n"
+    "Shared_Clean:       1600 kB\n"
+    "Private_Clean:        48 kB\n"
+    "Private_Dirty:       124 kB\n"
+    "SwapPss:               9 kB\n";
+
+}  // namespace
+
+TEST_CASE("proc: smaps_rollup's Pss is not Pss_Anon, Pss_Dirty or SwapPss", "[proc]") {
+  const auto m = parse_process_memory(kSmapsRollup);
+  REQUIRE(m.has_value());
+  CHECK(m->rss_bytes == 1772 * kKiB);
+  CHECK(m->pss_bytes == 170 * kKiB);
+  CHECK(m->private_dirty_bytes == 124 * kKiB);
+}
+
+TEST_CASE("proc: smaps_rollup without Rss or Pss is unreadable, without Private_Dirty it is 0",
+          "[proc]") {
+  CHECK_FALSE(parse_process_memory("Rss: 10 kB\nPss_Anon: 4 kB\n").has_value());
+  CHECK_FALSE(parse_process_memory("Pss: 4 kB\n").has_value());
+  CHECK_FALSE(parse_process_memory("").has_value());
+  const auto m = parse_process_memory("Rss: 10 kB\nPss: 4 kB\n");
+  REQUIRE(m.has_value());
+  CHECK(m->private_dirty_bytes == 0);
+}
+
+TEST_CASE("proc: a kB field is found only as a whole key at a line's start", "[proc]") {
+  const std::string meminfo =
+      "MemTotal:       16303480 kB\n"
+      "MemFree:          812944 kB\n"
+      "MemAvailable:    9081104 kB\n"
+      "SwapTotal:       2097148 kB\n"
+      "SwapFree:        2097148 kB\n"
+      "HugePages_Total:       0\n"
+      "Hugepagesize:       2048 kB\n";
+  CHECK(parse_kb_field(meminfo, "MemTotal") == 16303480 * kKiB);
+  CHECK(parse_kb_field(meminfo, "MemAvailable") == 9081104 * kKiB);
+  CHECK(parse_kb_field(meminfo, "SwapFree") == 2097148 * kKiB);
+  CHECK(parse_kb_field(meminfo, "HugePages_Total") ==
+        std::uint64_t{0});                                 // no unit: the number, x 1024
+  CHECK(parse_kb_field(meminfo, "Mem") == std::nullopt);   // a prefix of keys, not a key
+  CHECK(parse_kb_field(meminfo, "Free") == std::nullopt);  // inside a key, not at its start
+  CHECK(parse_kb_field(meminfo, "Cached") == std::nullopt);
+  CHECK(parse_kb_field("Key: none\n", "Key") == std::nullopt);
+  CHECK(parse_kb_field("Key:", "Key") == std::nullopt);
+  CHECK(parse_kb_field("Key", "Key") == std::nullopt);
+  CHECK(parse_kb_field("Key: 99999999999999999999 kB\n", "Key") == std::nullopt);  // > 2^64
+  CHECK(parse_kb_field("Key: 18014398509481984 kB\n", "Key") == std::nullopt);     // 2^54: x 1024
+  CHECK(parse_kb_field("Key: 18014398509481983 kB\n", "Key") ==
+        std::uint64_t{18014398509481983} * kKiB);
+}
+
+TEST_CASE("proc: /proc/stat's cpu line", "[proc]") {
+  // user nice system idle iowait irq softirq steal guest guest_nice
+  const auto t = parse_cpu_times("cpu  100 20 30 400 50 6 7 8 900 1000\ncpu0 1 2 3 4 5\n");
+  REQUIRE(t.has_value());
+  CHECK(t->total == 100 + 20 + 30 + 400 + 50 + 6 + 7 + 8);  // guest is inside user already
+  CHECK(t->idle == 400);
+  CHECK(t->iowait == 50);
+  // Old kernels give fewer columns: five are enough.
+  const auto five = parse_cpu_times("cpu 1 2 3 4 5\n");
+  REQUIRE(five.has_value());
+  CHECK(five->total == 15);
+  CHECK(five->iowait == 5);
+}
+
+TEST_CASE("proc: a /proc/stat without a usable cpu line", "[proc]") {
+  CHECK_FALSE(parse_cpu_times("cpu  1 2 3 4\n").has_value());  // fewer than 5 numbers
+  CHECK_FALSE(parse_cpu_times("cpu  1 2 x 4 5\n").has_value());
+  CHECK_FALSE(parse_cpu_times("cpu0 1 2 3 4 5\n").has_value());  // a per-CPU line first
+  CHECK_FALSE(parse_cpu_times("intr 1 2 3 4 5\n").has_value());
+  CHECK_FALSE(parse_cpu_times("cpu").has_value());
+  CHECK_FALSE(parse_cpu_times("").has_value());
+}
+
+TEST_CASE("proc: read_meminfo under a fake root, and a missing file", "[proc]") {
+  FakeRoot fake;
+  fake.write("/proc/meminfo", "MemTotal: 2048 kB\nMemAvailable: 1024 kB\n");
+  CHECK(read_meminfo("MemAvailable", fake.root) == 1024 * kKiB);
+  CHECK(read_meminfo("SwapTotal", fake.root) == std::nullopt);
+  CHECK(read_meminfo("MemAvailable", fake.root + "/nowhere") == std::nullopt);
+  // This machine's.
+  const auto total = read_meminfo("MemTotal");
+  REQUIRE(total.has_value());
+  CHECK(*total > 0);
+}
+
+TEST_CASE("proc: this process's memory and CPU time", "[proc]") {
+  const auto m = read_process_memory(0);
+  REQUIRE(m.has_value());
+  CHECK(m->rss_bytes > 0);
+  CHECK(m->pss_bytes > 0);
+  CHECK(m->pss_bytes <= m->rss_bytes);
+  const auto self = read_process_memory(::getpid());
+  REQUIRE(self.has_value());
+  CHECK(self->rss_bytes > 0);
+  CHECK_FALSE(read_process_memory(-5).has_value());  // no such process: nullopt, no throw
+  const auto t = read_cpu_times();
+  REQUIRE(t.has_value());
+  CHECK(t->total >= t->idle + t->iowait);
+}
+
+TEST_CASE("proc: count_threads sees this process's threads", "[proc]") {
+  const std::size_t before = count_threads(0);
+  CHECK(before >= 1);
+  CHECK(count_threads(::getpid()) == before);
+  std::atomic<bool> release{false};
+  std::thread extra([&] {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  const std::size_t during = count_threads(0);
+  release.store(true);
+  extra.join();
+  CHECK(during == before + 1);
+  CHECK(count_threads(-5) == 0);
+}
+
+TEST_CASE("proc: process_tree holds this process first, then a forked child", "[proc]") {
+  const pid_t self = ::getpid();
+  const std::vector<pid_t> alone = process_tree(self);
+  REQUIRE_FALSE(alone.empty());
+  CHECK(alone.front() == self);
+
+  int hold[2];
+  REQUIRE(posix::make_pipe(hold) == 0);
+  const pid_t child = posix::fork_process();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    posix::close_fd(hold[1]);
+    char byte;
+    (void)posix::read_full(hold[0], &byte, 1);  // until the parent closes its end
+    ::_exit(0);
+  }
+  posix::close_fd(hold[0]);
+  const std::vector<pid_t> tree = process_tree(self);
+  const std::string children_file =
+      "/proc/" + std::to_string(self) + "/task/" + std::to_string(self) + "/children";
+  struct ::stat st {};
+  const bool kernel_lists_children = posix::stat_path(children_file.c_str(), st);
+  posix::close_fd(hold[1]);  // the child exits
+  int status = 0;
+  REQUIRE(posix::wait_pid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+
+  REQUIRE_FALSE(tree.empty());
+  CHECK(tree.front() == self);
+  if (!kernel_lists_children) {
+    WARN("this kernel has no " << children_file
+                               << " (CONFIG_PROC_CHILDREN is off): the child cannot be listed");
+    CHECK(tree.size() == alone.size());
+    return;
+  }
+  CHECK(std::find(tree.begin(), tree.end(), child) != tree.end());
+  CHECK(std::count(tree.begin(), tree.end(), self) == 1);
+}
