@@ -16,8 +16,12 @@
 // runs (min, median, worst), then one JSON line per run.
 //
 //   build/release/bench/memory_estimate [--runs 20] [--workers 0,1,2,4] [--epochs 3]
-//       [--workloads image,tiny,folder] [--persistent 1] [--image-folder DIR] [--detail]
+//       [--workloads image,tiny,folder] [--persistent 1] [--image-folder DIR]
+//       [--estimate-after-first-batch] [--detail]
 //
+// --estimate-after-first-batch takes the estimate after the first epoch's first batch instead,
+// as the loader's own check does when nothing measured the samples before (the first batch
+// measures them, not a probe); the main process is then counted as it was before the loader.
 // --detail adds, per configuration, the worst run's breakdown at its peak beside the
 // estimate's parts.
 #include <poll.h>
@@ -35,6 +39,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -61,6 +66,9 @@ struct Config {
   int epochs = 3;
   std::string image_folder;
   std::size_t tiny_samples = 256 * 40;
+  // Where the estimate is taken: before the first epoch (the size probe measures the samples)
+  // or after the first epoch's first batch (the check that waits for it measured them).
+  bool after_first_batch = false;
 };
 
 // What a run's process sends before its first epoch.
@@ -77,8 +85,9 @@ struct Usage {
 // What a run's process sends before its first epoch, and again after its last.
 struct Reported {
   stoker::MemoryEstimate estimate;
-  Usage main_at_estimate;     // the run's process when it took the estimate
-  std::uint64_t samples = 0;  // delivered (in the second record)
+  Usage main_at_estimate;            // the run's process when it took the estimate (or began)
+  std::uint64_t estimate_total = 0;  // the estimate's total, the main process as above
+  std::uint64_t samples = 0;         // delivered (in the second record)
 };
 
 Usage usage_of(pid_t pid) {
@@ -155,11 +164,25 @@ void run_loader(D dataset, std::size_t batch_size, const Config& c, int out) {
   opt.persistent_workers = c.persistent && c.workers > 0;
   stoker::DataLoader loader(std::move(dataset), opt);
   Reported r;
-  r.estimate = loader.memory_estimate();
-  r.main_at_estimate = usage_of(::getpid());
-  if (stoker::detail::posix::write_all(out, &r, sizeof r) != 0) ::_exit(1);
+  if (!c.after_first_batch) {
+    r.estimate = loader.memory_estimate();
+    r.main_at_estimate = usage_of(::getpid());
+    r.estimate_total = r.estimate.total_bytes;
+    if (stoker::detail::posix::write_all(out, &r, sizeof r) != 0) ::_exit(1);
+  } else {
+    // The estimate's main_bytes is read when it is made, by then with the main process's share
+    // of the ring, which loader_bytes counts: the main process before the loader is used here.
+    r.main_at_estimate = usage_of(::getpid());
+  }
   for (int epoch = 0; epoch < c.epochs; ++epoch) {
+    bool first = epoch == 0 && c.after_first_batch;
     for (const stoker::Batch& batch : loader) {
+      if (std::exchange(first, false)) {
+        r.estimate = loader.memory_estimate();
+        r.estimate_total =
+            r.estimate.loader_bytes + r.main_at_estimate.anon + r.main_at_estimate.shmem;
+        if (stoker::detail::posix::write_all(out, &r, sizeof r) != 0) ::_exit(1);
+      }
       r.samples += batch.size();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the "training step"
     }
@@ -210,6 +233,7 @@ RunResult measure(const Config& c) {
                                            std::to_string(c.epochs),
                                            std::to_string(c.tiny_samples),
                                            c.image_folder.empty() ? "-" : c.image_folder,
+                                           c.after_first_batch ? "1" : "0",
                                            std::to_string(ends[1])};
     std::vector<char*> argv;
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -285,13 +309,13 @@ void usage(std::FILE* to) {
   std::fprintf(to,
                "usage: memory_estimate [--runs R] [--workers 0,1,2,4] [--epochs E]\n"
                "         [--workloads image,tiny,folder] [--persistent 0|1]\n"
-               "         [--image-folder DIR] [--detail]\n");
+               "         [--image-folder DIR] [--estimate-after-first-batch] [--detail]\n");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 9 && std::strcmp(argv[1], "--run") == 0) {  // one run, started by measure()
+  if (argc == 10 && std::strcmp(argv[1], "--run") == 0) {  // one run, started by measure()
     Config c;
     c.workload = argv[2];
     c.workers = std::atoi(argv[3]);
@@ -299,7 +323,8 @@ int main(int argc, char** argv) {
     c.epochs = std::atoi(argv[5]);
     c.tiny_samples = static_cast<std::size_t>(std::atoll(argv[6]));
     c.image_folder = std::strcmp(argv[7], "-") == 0 ? "" : argv[7];
-    const int out = std::atoi(argv[8]);
+    c.after_first_batch = std::atoi(argv[8]) != 0;
+    const int out = std::atoi(argv[9]);
     const char started = 'S';
     if (stoker::detail::posix::write_all(out, &started, 1) != 0) return 1;
     run_child(c, out);
@@ -328,6 +353,8 @@ int main(int argc, char** argv) {
       base.persistent = std::atoi(argv[++i]) != 0;
     } else if (flag == "--image-folder" && has_value) {
       base.image_folder = argv[++i];
+    } else if (flag == "--estimate-after-first-batch") {
+      base.after_first_batch = true;
     } else if (flag == "--tiny-samples" && has_value) {
       base.tiny_samples = static_cast<std::size_t>(std::max(256, std::atoi(argv[++i])));
     } else if (flag == "--detail") {
@@ -378,10 +405,11 @@ int main(int argc, char** argv) {
           continue;
         }
         const stoker::MemoryEstimate& e = r.reported.estimate;
-        const double ratio = static_cast<double>(r.peak.total) / static_cast<double>(e.total_bytes);
+        const double ratio =
+            static_cast<double>(r.peak.total) / static_cast<double>(r.reported.estimate_total);
         ratios.push_back(ratio);
         peaks.push_back(r.peak.total);
-        estimates.push_back(e.total_bytes);
+        estimates.push_back(r.reported.estimate_total);
         if (ratio > worst_ratio) {
           worst_ratio = ratio;
           worst = r;
@@ -393,9 +421,10 @@ int main(int argc, char** argv) {
             "\"worker_base_bytes\": {}, \"worker_startup_bytes\": {}, \"plan_bytes\": {}, "
             "\"peak_bytes\": {}, \"peak_pss_with_file_pages_bytes\": {}, \"ratio\": {:.4f}, "
             "\"samples\": {}}}",
-            workload, workers, c.persistent, run, e.batch_size, e.bytes_per_sample, e.total_bytes,
-            e.loader_bytes, e.main_bytes, e.worker_base_bytes, e.worker_startup_bytes, e.plan_bytes,
-            r.peak.total, r.peak_pss, ratio, r.reported.samples));
+            workload, workers, c.persistent, run, e.batch_size, e.bytes_per_sample,
+            r.reported.estimate_total, e.loader_bytes, e.main_bytes, e.worker_base_bytes,
+            e.worker_startup_bytes, e.plan_bytes, r.peak.total, r.peak_pss, ratio,
+            r.reported.samples));
       }
       if (ratios.empty()) continue;
       std::vector<double> sorted = ratios;
