@@ -166,9 +166,12 @@ int main(int argc, char** argv) {
     stoker::DataLoader loader(dataset, opt);
     std::printf(
         "stoker train_loop: %zu synthetic 3x32x32 images in %d classes, softmax regression\n"
-        "DataLoader(batch_size=%zu, num_workers=%d, prefetch_factor=%zu, persistent_workers=%s, "
+        "DataLoader(batch_size=%zu, num_workers=%d, prefetch_factor=%s, persistent_workers=%s, "
         "shuffle=true, seed=%llu): %zu batches per epoch\n",
-        dataset.n, kClasses, opt.batch_size, opt.num_workers, opt.prefetch_factor,
+        dataset.n, kClasses, opt.batch_size, opt.num_workers,
+        opt.prefetch_factor == stoker::kAdaptivePrefetch
+            ? "adaptive"
+            : std::to_string(opt.prefetch_factor).c_str(),
         opt.persistent_workers ? "true" : "false", static_cast<unsigned long long>(opt.seed),
         loader.size());
     Model model;
@@ -204,9 +207,17 @@ int main(int argc, char** argv) {
     // What the loader saw of the last epoch, and what limits this loop (docs/tuning.md).
     const stoker::LoaderStats stats = loader.stats();
     for (const stoker::WorkerStats& w : stats.workers) {
-      std::printf("worker %zu: %llu batches, %.0f%% busy (get() %.3f s, collate %.3f s)\n",
-                  w.worker_id, static_cast<unsigned long long>(w.batches), 100.0 * w.busy_fraction,
-                  w.get_seconds, w.collate_seconds);
+      std::printf(
+          "worker %zu: %llu batches, %.0f%% busy (get() %.3f s, collate %.3f s), %.0f%% blocked on "
+          "full slots\n",
+          w.worker_id, static_cast<unsigned long long>(w.batches), 100.0 * w.busy_fraction,
+          w.get_seconds, w.collate_seconds,
+          stats.epoch_seconds > 0 ? 100.0 * w.blocked_seconds / stats.epoch_seconds : 0.0);
+    }
+    if (stats.prefetch_depth > 0) {
+      std::printf("prefetch depth: %zu batches per worker (%s, at most %zu)\n",
+                  stats.prefetch_depth, stats.prefetch_adaptive ? "adaptive" : "fixed",
+                  stats.prefetch_depth_limit);
     }
     std::printf("diagnosis: %s\n", stoker::diagnose(stats).summary.c_str());
   } catch (const std::exception& e) {

@@ -234,8 +234,15 @@ class DataLoader {
         out.skip_sample();
       }
     }
+    collate_held(samples, collate, get_start, out);  // empty: every sample was skipped
+  }
+
+  // The samples a batch holds, collated into the slot (none: the batch is not delivered), with
+  // the time inside get() since `get_start` and inside the collate.
+  static void collate_held(const std::vector<Sample>& samples, const CollateFn& collate,
+                           std::uint64_t get_start, detail::BatchSink& out) {
     out.begin_collate(samples.size());
-    if (samples.empty()) return;  // every sample was skipped: the batch is not delivered
+    if (samples.empty()) return;
     const std::uint64_t collate_start = detail::now_ns();
     if (collate) {
       collate(std::span<const Sample>(samples), out);
@@ -285,15 +292,7 @@ class DataLoader {
       samples.push_back(std::move(*sample));
     }
     if (drop_last && samples.size() < batch_size) samples.clear();
-    out.begin_collate(samples.size());
-    if (samples.empty()) return;  // nothing to deliver from this batch
-    const std::uint64_t collate_start = detail::now_ns();
-    if (collate) {
-      collate(std::span<const Sample>(samples), out);
-    } else {
-      collate_stack(samples, out);
-    }
-    out.add_stage_times(collate_start - get_start, detail::now_ns() - collate_start);
+    collate_held(samples, collate, get_start, out);  // empty: nothing to deliver
   }
 
   std::unique_ptr<D> dataset_;

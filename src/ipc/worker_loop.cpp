@@ -138,7 +138,9 @@ void worker_main(const WorkerLaunch& launch, pid_t parent, bool forked_from_main
       if (outcome == LoadOutcome::kCancelled) ::_exit(0);
     }
     // INV-QUEUE-2: at most slots_per_channel results are outstanding, so this cannot fail.
-    channel.results.try_push(Message{MessageKind::kBatch, message.slot});
+    const bool pushed = channel.results.try_push(Message{MessageKind::kBatch, message.slot});
+    STOKER_ASSERT(pushed, "INV-QUEUE-2: a result queue has room for every slot of its channel");
+    (void)pushed;
     ring_doorbell(ring.control().main_doorbell, launch.main_eventfd);
   }
 }

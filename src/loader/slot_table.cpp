@@ -7,8 +7,8 @@
 namespace stoker::detail {
 namespace {
 
-// The arrows of the life cycle (slot_table.hpp).
-constexpr bool allowed(Phase from, Phase to) noexcept {
+// The arrows of the life cycle (slot_table.hpp); used by the assertions only.
+[[maybe_unused]] constexpr bool allowed(Phase from, Phase to) noexcept {
   switch (from) {
     case Phase::kFree:
       return to == Phase::kIssued;

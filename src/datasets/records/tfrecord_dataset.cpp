@@ -178,25 +178,16 @@ struct DecodeScratch {
   std::vector<std::span<const std::byte>> values;
 };
 
-class TFRecordFormat final : public ShardFormat {
+class TFRecordFormat final : public ShardListFormat<TfShard> {
  public:
   TFRecordFormat(std::vector<TfShard> shards, const TFRecordOptions& options)
-      : mapped_(options.max_open_shards),
-        shards_(std::move(shards)),
+      : ShardListFormat(std::move(shards),
+                        [](const TFRecordIndex& ix) { return ix.bad_regions.size(); }),
+        mapped_(options.max_open_shards),
         verify_(options.verify_crc),
-        scalars_(options.scalar_features) {
-    for (const TfShard& s : shards_) {
-      if (s.index) bad_ += s.index->bad_regions.size();
-      random_access_ = random_access_ && s.seekable;
-    }
-  }
+        scalars_(options.scalar_features) {}
 
   std::string_view format_name() const noexcept override { return kWho; }
-  std::size_t num_shards() const noexcept override { return shards_.size(); }
-  const std::string& shard_name(std::size_t shard) const override { return shards_[shard].name; }
-  std::uint64_t shard_records(std::size_t shard) const override { return shards_[shard].records; }
-  std::uint64_t bad_records() const noexcept override { return bad_; }
-  bool random_access() const noexcept override { return random_access_; }
 
   // Through the mapping of the file (MappedShards), not ShardFiles: no system call per record.
   void read(std::size_t shard, std::uint64_t k, const FieldPlan&, ShardFiles&,
@@ -316,11 +307,8 @@ class TFRecordFormat final : public ShardFormat {
   }
 
   MappedShards mapped_;  // this process's mappings of the files (map-style reads)
-  std::vector<TfShard> shards_;
   bool verify_;
   std::vector<std::string> scalars_;
-  std::uint64_t bad_ = 0;
-  bool random_access_ = true;
 };
 
 // ---- building the shards ----

@@ -157,4 +157,32 @@ class ShardFormat {
   }
 };
 
+// The shard list of a format whose shards each carry `name`, `records`, `seekable` and an
+// `index` (TFRecord, WebDataset): the bookkeeping of ShardFormat once, for both. `bad` counts
+// the records an index found unreadable.
+template <class Shard>
+class ShardListFormat : public ShardFormat {
+ public:
+  std::size_t num_shards() const noexcept override { return shards_.size(); }
+  const std::string& shard_name(std::size_t shard) const override { return shards_[shard].name; }
+  std::uint64_t shard_records(std::size_t shard) const override { return shards_[shard].records; }
+  std::uint64_t bad_records() const noexcept override { return bad_; }
+  bool random_access() const noexcept override { return random_access_; }
+
+ protected:
+  template <class CountBad>
+  ShardListFormat(std::vector<Shard> shards, CountBad count_bad) : shards_(std::move(shards)) {
+    for (const Shard& s : shards_) {
+      if (s.index) bad_ += count_bad(*s.index);
+      random_access_ = random_access_ && s.seekable;
+    }
+  }
+
+  std::vector<Shard> shards_;
+
+ private:
+  std::uint64_t bad_ = 0;
+  bool random_access_ = true;
+};
+
 }  // namespace stoker::detail

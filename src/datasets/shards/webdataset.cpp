@@ -98,21 +98,12 @@ class TarCursor final : public RecordCursor {
   TarSample sample_;
 };
 
-class WebDatasetFormat final : public ShardFormat {
+class WebDatasetFormat final : public ShardListFormat<WdsShard> {
  public:
-  explicit WebDatasetFormat(std::vector<WdsShard> shards) : shards_(std::move(shards)) {
-    for (const WdsShard& s : shards_) {
-      if (s.index) bad_ += s.index->damages.size();
-      random_access_ = random_access_ && s.seekable;
-    }
-  }
+  explicit WebDatasetFormat(std::vector<WdsShard> shards)
+      : ShardListFormat(std::move(shards), [](const TarIndex& ix) { return ix.damages.size(); }) {}
 
   std::string_view format_name() const noexcept override { return kWho; }
-  std::size_t num_shards() const noexcept override { return shards_.size(); }
-  const std::string& shard_name(std::size_t shard) const override { return shards_[shard].name; }
-  std::uint64_t shard_records(std::size_t shard) const override { return shards_[shard].records; }
-  std::uint64_t bad_records() const noexcept override { return bad_; }
-  bool random_access() const noexcept override { return random_access_; }
 
   void read(std::size_t shard, std::uint64_t k, const FieldPlan& plan, ShardFiles& files,
             RawRecord& out) const override {
@@ -149,11 +140,6 @@ class WebDatasetFormat final : public ShardFormat {
                                      ShardFiles&) const override {
     return std::make_unique<TarCursor>(shard, shards_[shard], first, plan);
   }
-
- private:
-  std::vector<WdsShard> shards_;
-  std::uint64_t bad_ = 0;
-  bool random_access_ = true;
 };
 
 std::shared_ptr<const TarIndex> index_stream(const std::string& name) {
