@@ -17,8 +17,11 @@
 //
 //   build/release/bench/memory_estimate [--runs 20] [--workers 0,1,2,4] [--epochs 3]
 //       [--workloads image,tiny,folder] [--persistent 1] [--image-folder DIR]
-//       [--estimate-after-first-batch] [--detail]
+//       [--prefetch 2] [--estimate-after-first-batch] [--detail]
 //
+// --prefetch sets LoaderOptions::prefetch_factor (2 unless given; 0 is the adaptive default,
+// whose estimate counts the deepest depth it may reach, 8 slots a worker, while a run fills
+// only as many as its depth went to: the ratio then says how deep, not how exact).
 // --estimate-after-first-batch takes the estimate after the first epoch's first batch instead,
 // as the loader's own check does when nothing measured the samples before (the first batch
 // measures them, not a probe); the main process is then counted as it was before the loader.
@@ -63,6 +66,7 @@ struct Config {
   std::string workload;
   int workers = 0;
   bool persistent = true;
+  std::size_t prefetch = 2;  // LoaderOptions::prefetch_factor; 0: adaptive
   int epochs = 3;
   std::string image_folder;
   std::size_t tiny_samples = 256 * 40;
@@ -162,6 +166,7 @@ void run_loader(D dataset, std::size_t batch_size, const Config& c, int out) {
   opt.batch_size = batch_size;
   opt.num_workers = c.workers;
   opt.persistent_workers = c.persistent && c.workers > 0;
+  opt.prefetch_factor = c.prefetch;
   stoker::DataLoader loader(std::move(dataset), opt);
   Reported r;
   if (!c.after_first_batch) {
@@ -230,6 +235,7 @@ RunResult measure(const Config& c) {
                                            c.workload,
                                            std::to_string(c.workers),
                                            c.persistent ? "1" : "0",
+                                           std::to_string(c.prefetch),
                                            std::to_string(c.epochs),
                                            std::to_string(c.tiny_samples),
                                            c.image_folder.empty() ? "-" : c.image_folder,
@@ -309,22 +315,24 @@ void usage(std::FILE* to) {
   std::fprintf(to,
                "usage: memory_estimate [--runs R] [--workers 0,1,2,4] [--epochs E]\n"
                "         [--workloads image,tiny,folder] [--persistent 0|1]\n"
-               "         [--image-folder DIR] [--estimate-after-first-batch] [--detail]\n");
+               "         [--image-folder DIR] [--prefetch N] [--estimate-after-first-batch]\n"
+               "         [--detail]\n");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 10 && std::strcmp(argv[1], "--run") == 0) {  // one run, started by measure()
+  if (argc == 11 && std::strcmp(argv[1], "--run") == 0) {  // one run, started by measure()
     Config c;
     c.workload = argv[2];
     c.workers = std::atoi(argv[3]);
     c.persistent = std::atoi(argv[4]) != 0;
-    c.epochs = std::atoi(argv[5]);
-    c.tiny_samples = static_cast<std::size_t>(std::atoll(argv[6]));
-    c.image_folder = std::strcmp(argv[7], "-") == 0 ? "" : argv[7];
-    c.after_first_batch = std::atoi(argv[8]) != 0;
-    const int out = std::atoi(argv[9]);
+    c.prefetch = static_cast<std::size_t>(std::atoll(argv[5]));
+    c.epochs = std::atoi(argv[6]);
+    c.tiny_samples = static_cast<std::size_t>(std::atoll(argv[7]));
+    c.image_folder = std::strcmp(argv[8], "-") == 0 ? "" : argv[8];
+    c.after_first_batch = std::atoi(argv[9]) != 0;
+    const int out = std::atoi(argv[10]);
     const char started = 'S';
     if (stoker::detail::posix::write_all(out, &started, 1) != 0) return 1;
     run_child(c, out);
@@ -353,6 +361,8 @@ int main(int argc, char** argv) {
       base.persistent = std::atoi(argv[++i]) != 0;
     } else if (flag == "--image-folder" && has_value) {
       base.image_folder = argv[++i];
+    } else if (flag == "--prefetch" && has_value) {
+      base.prefetch = static_cast<std::size_t>(std::atoll(argv[++i]));
     } else if (flag == "--estimate-after-first-batch") {
       base.after_first_batch = true;
     } else if (flag == "--tiny-samples" && has_value) {
@@ -379,6 +389,11 @@ int main(int argc, char** argv) {
     }
   }
 
+  std::printf("memory_estimate: %d runs a configuration, %d epochs, persistent_workers=%d, "
+              "prefetch_factor=%s, estimate taken %s\n\n",
+              runs, base.epochs, base.persistent ? 1 : 0,
+              base.prefetch == 0 ? "adaptive" : std::to_string(base.prefetch).c_str(),
+              base.after_first_batch ? "after the first batch" : "before the first epoch");
   std::printf(
       "| workload | num_workers | estimate (MiB) | measured peak tree PSS (MiB): min / median / "
       "max | measured / estimate: min / median / worst | runs over the estimate |\n"
@@ -416,12 +431,12 @@ int main(int argc, char** argv) {
         }
         json.push_back(fmt::format(
             "{{\"bench\": \"memory_estimate\", \"workload\": \"{}\", \"workers\": {}, "
-            "\"persistent\": {}, \"run\": {}, \"batch_size\": {}, \"bytes_per_sample\": {}, "
+            "\"persistent\": {}, \"prefetch_factor\": {}, \"run\": {}, \"batch_size\": {}, \"bytes_per_sample\": {}, "
             "\"estimate_bytes\": {}, \"loader_bytes\": {}, \"main_bytes\": {}, "
             "\"worker_base_bytes\": {}, \"worker_startup_bytes\": {}, \"plan_bytes\": {}, "
             "\"peak_bytes\": {}, \"peak_pss_with_file_pages_bytes\": {}, \"ratio\": {:.4f}, "
             "\"samples\": {}}}",
-            workload, workers, c.persistent, run, e.batch_size, e.bytes_per_sample,
+            workload, workers, c.persistent, c.prefetch, run, e.batch_size, e.bytes_per_sample,
             r.reported.estimate_total, e.loader_bytes, e.main_bytes, e.worker_base_bytes,
             e.worker_startup_bytes, e.plan_bytes, r.peak.total, r.peak_pss, ratio,
             r.reported.samples));

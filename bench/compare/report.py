@@ -464,9 +464,10 @@ def main():
                "batch), not a start-up. In a training loop that computes between batches, "
                "they are ready before `begin()`: `stoker-bench --workload image --workers 2 "
                "--persistent --consumer-us 5000` measures that case (the consumer sleeps 5 ms "
-               "per batch, like a step on a GPU). A fresh cpu iterator's first batch is one "
-               "worker's 32 x 200 µs = 6.4 ms of mandated work plus the fork; it comes in under "
-               "10 ms only if batch 0 is split across workers, which stoker does not do.\n")
+               "per batch, like a step on a GPU). A fresh cpu iterator's first batch is "
+               "32 x 200 µs = 6.4 ms of mandated work plus the fork; stoker splits it across "
+               "the workers (each makes part of batch 0), so 2 workers on 2 free cores pay "
+               "about half of it.\n")
 
     s_img = res.best("stoker", "image")
     if s_img and res.memcpy:

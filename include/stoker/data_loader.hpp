@@ -157,7 +157,10 @@ class DataLoader {
   }
 
   // Starts an epoch: batches of epoch epoch() (then the epoch advances by one unless
-  // set_epoch() is called). Throws what forking and setting up shared memory can throw.
+  // set_epoch() is called). Main process. The first begin() runs the memory check; when the
+  // bytes per sample are not known yet it blocks until the first batch has measured them.
+  // Throws MemoryBudgetError or PinnedMemoryError (the check; the epoch is not used up), and
+  // what forking and setting up shared memory can throw.
   BatchIterator begin() { return core_->begin(); }
   std::default_sentinel_t end() const noexcept { return std::default_sentinel; }
 

@@ -62,7 +62,7 @@ SystemInfo probe_system(const ProbeOptions& options = {});
 struct MemoryEstimate {
   std::size_t num_workers = 0;
   std::size_t batch_size = 0;
-  std::size_t bytes_per_sample = 0;  // measured on a few samples, or given
+  std::size_t bytes_per_sample = 0;  // given, or measured (the first batch, or a probe's samples)
   std::size_t batch_bytes = 0;       // one batch's payload
   std::size_t num_slots = 0;
   std::size_t slot_bytes = 0;  // one slot: header, indices, payload, layout

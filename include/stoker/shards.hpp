@@ -64,8 +64,8 @@ class FieldDecoders {
   // No entries: every field is raw bytes.
   FieldDecoders() = default;
   // "cls", "cls2", "class", "count", "index", "inx", "id" -> decode_int_field; "npy" ->
-  // decode_npy_field; "jpg", "jpeg", "png", "webp" -> a default vision::Pipeline when this
-  // build has stoker's vision library, raw bytes otherwise; everything else raw bytes.
+  // decode_npy_field; "jpg", "jpeg", "png", "webp" -> a default vision::Pipeline (the decoded
+  // image, uint8 CHW; images() sets another); everything else raw bytes.
   static FieldDecoders defaults();
 
   // Adds or replaces the decoder of `name` (a whole field name or an extension). Returns *this.

@@ -58,9 +58,10 @@ struct LoaderStats {
   double recent_bytes_per_second = 0;
   // Per worker channel (empty when num_workers == 0).
   std::vector<WorkerStats> workers;
-  // The ring: slots in all (with a spare set under max_batches_per_worker), and the mean
-  // number holding a loaded batch not yet handed out when the consumer asked for the next one;
-  // occupancy = that mean / slots (near 0: data-bound; near 1: the consumer is the slow side).
+  // The ring: the slots the loader may use now (max(num_workers, 1) x the prefetch depth; not
+  // the spare channel of max_batches_per_worker), and the mean, over the consumer's requests,
+  // of the share of them holding a loaded batch not yet handed out (near 0: data-bound; near
+  // 1: the consumer is the slow side).
   std::size_t ring_slots = 0;
   double ring_occupancy = 0;
   // The prefetch depth (batches each worker may have in flight): now, and the most it may

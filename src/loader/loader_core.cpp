@@ -135,6 +135,16 @@ void LoaderCore::Impl::begin_epoch() {
   last_health_log = epoch_start;
   oom.reset();
   if (preflight.awaiting_first_batch()) {
+    // The consumer waits for data here (the first batch, which the check needs): it counts as
+    // waiting, as it would inside the first fetch.
+    const Clock::time_point wait_start = Clock::now();
+    struct Waited {
+      LoaderStats& stats;
+      Clock::time_point start;
+      ~Waited() {
+        stats.wait_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+      }
+    } waited{stats, wait_start};
     try {
       await_first_batch();
     } catch (...) {

@@ -12,12 +12,7 @@
 #include "stoker/errors.hpp"
 #include "stoker/npy_dataset.hpp"
 
-#if __has_include("stoker/vision.hpp")
 #include "stoker/vision.hpp"
-#define STOKER_SHARDS_HAVE_VISION 1
-#else
-#define STOKER_SHARDS_HAVE_VISION 0
-#endif
 
 namespace stoker {
 namespace {
@@ -118,9 +113,7 @@ FieldDecoders FieldDecoders::defaults() {
   FieldDecoders d;
   for (const std::string_view name : kIntFields) d.set(std::string(name), &decode_int_field);
   d.set("npy", &decode_npy_field);
-#if STOKER_SHARDS_HAVE_VISION
   d.images(image_field(vision::Pipeline{}));
-#endif
   return d;
 }
 
