@@ -202,13 +202,13 @@ LoadOutcome load_batch(const Ring& ring, SlotMemory& memory, std::size_t s, Chan
   end_sample_rng();
   if (header.report_memory != 0) {
     try {
-      // The pages only this worker has written, and what it held during get() and gave back
-      // (VmHWM - VmRSS: a decoder's buffers), as the probe counts them. A fork starts the
-      // child's VmHWM afresh, so the parent's peak is not in it.
-      if (const std::optional<ProcessMemory> own = read_process_memory(0)) {
+      // The pages only this worker has written to its private mappings (not the ring's, which
+      // the estimate counts as the ring), and what it held during get() and gave back (VmHWM -
+      // VmRSS: a decoder's buffers), as the probe counts them. A fork starts the child's VmHWM
+      // afresh, so the parent's peak is not in it.
+      if (const std::optional<std::uint64_t> own = read_own_private_anonymous()) {
         const std::optional<ResidentPeak> rss = read_own_resident_peak();
-        header.private_bytes =
-            own->private_dirty_bytes + (rss ? rss->peak_bytes - rss->now_bytes : 0);
+        header.private_bytes = *own + (rss ? rss->peak_bytes - rss->now_bytes : 0);
       }
     } catch (...) {  // unknown: the estimate keeps its default
     }

@@ -134,8 +134,10 @@ void Preflight::check(bool may_wait_for_first_batch) {
     return;
   }
   const bool known = options_.sample_bytes > 0 || measured_sample_bytes_.has_value();
-  if (!known && may_wait_for_first_batch && probe_.sample_bytes && !probe_failed_ &&
-      !options_.collate) {
+  // In-process loading (num_workers = 0) is measured by the probe: the main process's own
+  // memory cannot be told apart from what loading the batch added to it.
+  if (!known && may_wait_for_first_batch && r.num_workers > 0 && probe_.sample_bytes &&
+      !probe_failed_ && !options_.collate) {
     awaiting_first_batch_ = true;
     return;
   }

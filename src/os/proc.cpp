@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <cstdlib>
 #include <string>
 
@@ -62,6 +63,83 @@ std::optional<ProcessMemory> read_process_memory(pid_t pid) {
   std::string text;
   if (!read_proc_file(pid, "smaps_rollup", text)) return std::nullopt;
   return parse_process_memory(text);
+}
+
+namespace {
+
+// Sums the Private_Dirty lines of private mappings, one smaps line at a time.
+class PrivateAnonymousSum {
+ public:
+  void line(std::string_view line) {
+    // A mapping starts with "start-end perms offset dev inode [path]"; its fields follow as
+    // "Key:   value kB", whose first word ends in ':' and holds no '-'.
+    const std::size_t blank = line.find(' ');
+    if (blank != std::string_view::npos && blank > 0 && line[blank - 1] != ':' &&
+        line.substr(0, blank).find('-') != std::string_view::npos) {
+      const std::string_view perms = line.substr(blank + 1, 4);
+      counted_ = perms.size() == 4 && perms[3] == 'p';
+      any_ = true;
+      return;
+    }
+    if (counted_ && line.substr(0, 14) == "Private_Dirty:") {
+      if (const std::optional<std::uint64_t> bytes = parse_kb_field(line, "Private_Dirty")) {
+        total_ += *bytes;
+      }
+    }
+  }
+  std::optional<std::uint64_t> total() const {
+    if (!any_) return std::nullopt;
+    return total_;
+  }
+
+ private:
+  std::uint64_t total_ = 0;
+  bool any_ = false;
+  bool counted_ = false;  // the mapping the lines belong to is private
+};
+
+}  // namespace
+
+std::optional<std::uint64_t> parse_private_anonymous(std::string_view text) {
+  PrivateAnonymousSum sum;
+  while (!text.empty()) {
+    const std::size_t end = text.find('\n');
+    sum.line(text.substr(0, end));
+    text.remove_prefix(end == std::string_view::npos ? text.size() : end + 1);
+  }
+  return sum.total();
+}
+
+std::optional<std::uint64_t> read_own_private_anonymous() {
+  // Streamed through a buffer on the stack: a worker measures itself with this, and a heap
+  // buffer the size of smaps (hundreds of KiB in a large program) would stay in its heap.
+  int fd = posix::open_read("/proc/thread-self/smaps");
+  if (fd < 0) fd = posix::open_read("/proc/self/smaps");
+  if (fd < 0) return std::nullopt;
+  PrivateAnonymousSum sum;
+  char buffer[8192];
+  std::size_t held = 0;       // bytes of a line not yet ended, at the buffer's start
+  bool skipping = false;      // the rest of a line longer than the buffer
+  for (;;) {
+    const ssize_t got = posix::read_full(fd, buffer + held, sizeof buffer - held);
+    if (got <= 0) break;
+    std::string_view text(buffer, held + static_cast<std::size_t>(got));
+    for (std::size_t end = text.find('\n'); end != std::string_view::npos;
+         end = text.find('\n')) {
+      if (!skipping) sum.line(text.substr(0, end));
+      skipping = false;
+      text.remove_prefix(end + 1);
+    }
+    if (text.size() == sizeof buffer) {  // one line fills the buffer: its start is enough
+      if (!skipping) sum.line(text);
+      skipping = true;
+      text = {};
+    }
+    std::memmove(buffer, text.data(), text.size());
+    held = text.size();
+  }
+  posix::close_fd(fd);
+  return sum.total();
 }
 
 std::optional<ResidentPeak> read_own_resident_peak() {

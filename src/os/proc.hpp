@@ -37,6 +37,12 @@ struct ProcessMemory {
 };
 std::optional<ProcessMemory> parse_process_memory(std::string_view smaps_rollup);
 std::optional<ProcessMemory> read_process_memory(pid_t pid);  // 0: this process
+// The dirty pages of a process's private mappings in /proc/<pid>/smaps text: its anonymous
+// memory (heap, stacks, the copy-on-write copies of libraries' data), without shared mappings
+// (the ring's memfd, which smaps_rollup's Private_Dirty counts while no other process maps
+// those pages) and without clean file pages. Empty when the text has no mapping.
+std::optional<std::uint64_t> parse_private_anonymous(std::string_view smaps);
+std::optional<std::uint64_t> read_own_private_anonymous();
 // This process's resident set now and at its highest (VmRSS and VmHWM of /proc/self/status):
 // their difference is memory it had and gave back (buffers unmapped, the heap trimmed).
 struct ResidentPeak {

@@ -174,10 +174,42 @@ TEST_CASE("the first batch measures the samples for the memory check: nothing is
     std::size_t batches = 0;
     for (const Batch& b : loader) batches += b.size() > 0 ? 1U : 0U;
     REQUIRE(batches == 10);
-    for (std::size_t i = 0; i < 40; ++i) REQUIRE(calls[i].load() == 1);  // no probe process
+    for (std::size_t i = 0; i < 40; ++i) {
+      CAPTURE(i);
+      // In-process loading is measured by the probe (the main process's own memory cannot be
+      // told apart from the batch's): it loads samples 0, n/3, 2n/3 and n-1 once more.
+      const bool probed = workers == 0 && (i == 0 || i == 13 || i == 26 || i == 39);
+      REQUIRE(calls[i].load() == (probed ? 2 : 1));  // with workers, no probe process
+    }
     const MemoryEstimate e = loader.memory_estimate();
     REQUIRE(e.bytes_per_sample == 8 + 3 * 4);  // an int64 and 3 floats, measured
   }
+}
+
+TEST_CASE("the first batch's worker base is the workers' own memory, not the ring's pages",
+          "[first_batch][memory]") {
+  // 256 KiB samples, batches of 16: a worker's part of batch 0 writes 2 MiB of ring pages,
+  // which are the ring's (counted once as such), not memory each worker adds.
+  struct Wide {
+    std::size_t size() const { return 64; }
+    Sample get(std::size_t) const {
+      Sample s;
+      s.set("x", Tensor::zeros(DType::kUInt8, Shape{256 << 10}));
+      return s;
+    }
+  };
+  LoaderOptions opt;
+  opt.batch_size = 16;
+  opt.num_workers = 2;
+  opt.prefetch_factor = 2;
+  DataLoader loader(Wide{}, opt);
+  std::size_t batches = 0;
+  for (const Batch& b : loader) batches += b.size() > 0 ? 1U : 0U;
+  REQUIRE(batches == 4);
+  const MemoryEstimate e = loader.memory_estimate();
+  REQUIRE(e.bytes_per_sample >= (256U << 10));
+  CHECK(e.worker_base_bytes > 0);
+  CHECK(e.worker_base_bytes < (std::size_t{1} << 20));  // a few hundred KiB, not the 2 MiB slot
 }
 
 TEST_CASE("a first batch over the memory limit ends begin() with MemoryBudgetError",

@@ -2,6 +2,7 @@
 // that start like "Pss" without being it, /proc/stat lines too short to use, meminfo keys that
 // are suffixes of others), read_meminfo under a fake root, count_threads() and process_tree()
 // of this process (with a forked child, the one fork in this file).
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -86,6 +88,46 @@ TEST_CASE("proc: a kB field is found only as a whole key at a line's start", "[p
   CHECK(parse_kb_field("Key: 18014398509481984 kB\n", "Key") == std::nullopt);     // 2^54: x 1024
   CHECK(parse_kb_field("Key: 18014398509481983 kB\n", "Key") ==
         std::uint64_t{18014398509481983} * kKiB);
+}
+
+TEST_CASE("proc: private anonymous memory leaves out shared mappings' dirty pages", "[proc]") {
+  const std::string smaps =
+      "55d0c0a00000-55d0c0a21000 rw-p 00000000 00:00 0                          [heap]\n"
+      "Size:                132 kB\n"
+      "Private_Dirty:         40 kB\n"
+      "VmFlags: rd wr mr mw me ac sd\n"
+      "7f1000000000-7f1000100000 rw-s 00000000 00:01 1234                       /memfd:ring (deleted)\n"
+      "Size:               1024 kB\n"
+      "Private_Dirty:        512 kB\n"
+      "7f2000000000-7f2000002000 rw-p 0001d000 08:01 42                         /usr/lib/libc.so.6\n"
+      "Private_Clean:          4 kB\n"
+      "Private_Dirty:          8 kB\n"
+      "7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]\n"
+      "Private_Dirty:         12 kB\n";
+  // The heap, the copy-on-write copy of libc's data and the stack; not the memfd's 512 kB.
+  CHECK(parse_private_anonymous(smaps) == (40 + 8 + 12) * kKiB);
+  CHECK(parse_private_anonymous("") == std::nullopt);
+  CHECK(parse_private_anonymous("Private_Dirty: 4 kB\n") == std::nullopt);  // no mapping line
+  CHECK(parse_private_anonymous(" leading blank\n") == std::nullopt);
+}
+
+TEST_CASE("proc: this process's private anonymous memory grows with its heap, not a shared map",
+          "[proc]") {
+  const std::optional<std::uint64_t> before = read_own_private_anonymous();
+  REQUIRE(before.has_value());
+  constexpr std::size_t kBytes = std::size_t{8} << 20;
+  void* shared = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(shared != MAP_FAILED);
+  std::memset(shared, 1, kBytes);
+  const std::optional<std::uint64_t> with_shared = read_own_private_anonymous();
+  std::vector<char> heap(kBytes, 1);
+  const std::optional<std::uint64_t> with_heap = read_own_private_anonymous();
+  ::munmap(shared, kBytes);
+  REQUIRE(with_shared.has_value());
+  REQUIRE(with_heap.has_value());
+  CHECK(*with_shared < *before + kBytes / 2);             // the shared pages are not in it
+  CHECK(*with_heap >= *with_shared + kBytes * 9 / 10);    // the heap's are
+  CHECK(heap[kBytes - 1] == 1);
 }
 
 TEST_CASE("proc: /proc/stat's cpu line", "[proc]") {
