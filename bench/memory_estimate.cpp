@@ -24,7 +24,9 @@
 // only as many as its depth went to: the ratio then says how deep, not how exact).
 // --estimate-after-first-batch takes the estimate after the first epoch's first batch instead,
 // as the loader's own check does when nothing measured the samples before (the first batch
-// measures them, not a probe); the main process is then counted as it was before the loader.
+// measures them, not a probe); the main process is then counted as it was just before the
+// first begin() (what begin() adds there, the plans and the ring, is the estimate's
+// loader_bytes, and the estimate's main_bytes by then holds the main process's share of them).
 // --detail adds, per configuration, the worst run's breakdown at its peak beside the
 // estimate's parts.
 #include <poll.h>
@@ -84,6 +86,7 @@ struct Usage {
   std::uint64_t file = 0;
   std::uint64_t shmem = 0;
   std::uint64_t private_dirty = 0;
+  std::uint64_t anonymous = 0;  // its anonymous pages, whole (PSS halves those a worker shares)
 };
 
 // What a run's process sends before its first epoch, and again after its last.
@@ -105,6 +108,7 @@ Usage usage_of(pid_t pid) {
   u.anon = parse_kb_field(text, "Pss_Anon").value_or(0);
   u.file = parse_kb_field(text, "Pss_File").value_or(0);
   u.shmem = parse_kb_field(text, "Pss_Shmem").value_or(0);
+  u.anonymous = parse_kb_field(text, "Anonymous").value_or(0);
   u.private_dirty = parse_kb_field(text, "Private_Dirty").value_or(0);
   return u;
 }
@@ -169,21 +173,22 @@ void run_loader(D dataset, std::size_t batch_size, const Config& c, int out) {
   opt.prefetch_factor = c.prefetch;
   stoker::DataLoader loader(std::move(dataset), opt);
   Reported r;
-  if (!c.after_first_batch) {
+  // With num_workers = 0 the loader's own check runs before the first epoch either way (the
+  // probe measures in-process loading), so the estimate is taken there.
+  const bool after_first_batch = c.after_first_batch && c.workers > 0;
+  const Usage before_begin = usage_of(::getpid());
+  if (!after_first_batch) {
     r.estimate = loader.memory_estimate();
     r.main_at_estimate = usage_of(::getpid());
     r.estimate_total = r.estimate.total_bytes;
     if (stoker::detail::posix::write_all(out, &r, sizeof r) != 0) ::_exit(1);
-  } else {
-    // The estimate's main_bytes is read when it is made, by then with the main process's share
-    // of the ring, which loader_bytes counts: the main process before the loader is used here.
-    r.main_at_estimate = usage_of(::getpid());
   }
   for (int epoch = 0; epoch < c.epochs; ++epoch) {
-    bool first = epoch == 0 && c.after_first_batch;
+    bool first = epoch == 0 && after_first_batch;
     for (const stoker::Batch& batch : loader) {
       if (std::exchange(first, false)) {
         r.estimate = loader.memory_estimate();
+        r.main_at_estimate = before_begin;
         r.estimate_total =
             r.estimate.loader_bytes + r.main_at_estimate.anon + r.main_at_estimate.shmem;
         if (stoker::detail::posix::write_all(out, &r, sizeof r) != 0) ::_exit(1);

@@ -161,7 +161,9 @@ void Preflight::check_first_batch(std::optional<std::size_t> bytes,
     return;
   }
   measured_sample_bytes_ = bytes;
-  if (worker_base && *worker_base > 0) measured_worker_base_ = worker_base;
+  // A worker's part of batch 0 has seen only those samples; one larger that comes later (an
+  // image with more pixels) needs more decoding memory: a quarter more is counted for that.
+  if (worker_base && *worker_base > 0) measured_worker_base_ = *worker_base + *worker_base / 4;
   run_checks(*bytes);
   checked_ = true;
 }
