@@ -219,7 +219,9 @@ int main(int argc, char** argv) {
                   stats.prefetch_depth, stats.prefetch_adaptive ? "adaptive" : "fixed",
                   stats.prefetch_depth_limit);
     }
-    std::printf("diagnosis: %s\n", stoker::diagnose(stats).summary.c_str());
+    const stoker::Diagnosis diagnosis = stoker::diagnose(stats);
+    std::printf("diagnosis: %s\n", diagnosis.summary.c_str());
+    if (!diagnosis.advice.empty()) std::printf("advice: %s\n", diagnosis.advice.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_loop: %s\n", e.what());
     return 1;
