@@ -133,7 +133,7 @@ std::optional<std::uint64_t> read_own_private_anonymous() {
     if (text.size() == sizeof buffer) {  // one line fills the buffer: its start is enough
       if (!skipping) sum.line(text);
       skipping = true;
-      text = {};
+      text = std::string_view(buffer, 0);
     }
     std::memmove(buffer, text.data(), text.size());
     held = text.size();
