@@ -394,11 +394,12 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("memory_estimate: %d runs a configuration, %d epochs, persistent_workers=%d, "
-              "prefetch_factor=%s, estimate taken %s\n\n",
-              runs, base.epochs, base.persistent ? 1 : 0,
-              base.prefetch == 0 ? "adaptive" : std::to_string(base.prefetch).c_str(),
-              base.after_first_batch ? "after the first batch" : "before the first epoch");
+  std::printf(
+      "memory_estimate: %d runs a configuration, %d epochs, persistent_workers=%d, "
+      "prefetch_factor=%s, estimate taken %s\n\n",
+      runs, base.epochs, base.persistent ? 1 : 0,
+      base.prefetch == 0 ? "adaptive" : std::to_string(base.prefetch).c_str(),
+      base.after_first_batch ? "after the first batch" : "before the first epoch");
   std::printf(
       "| workload | num_workers | estimate (MiB) | measured peak tree PSS (MiB): min / median / "
       "max | measured / estimate: min / median / worst | runs over the estimate |\n"
@@ -436,7 +437,8 @@ int main(int argc, char** argv) {
         }
         json.push_back(fmt::format(
             "{{\"bench\": \"memory_estimate\", \"workload\": \"{}\", \"workers\": {}, "
-            "\"persistent\": {}, \"prefetch_factor\": {}, \"run\": {}, \"batch_size\": {}, \"bytes_per_sample\": {}, "
+            "\"persistent\": {}, \"prefetch_factor\": {}, \"run\": {}, \"batch_size\": {}, "
+            "\"bytes_per_sample\": {}, "
             "\"estimate_bytes\": {}, \"loader_bytes\": {}, \"main_bytes\": {}, "
             "\"worker_base_bytes\": {}, \"worker_startup_bytes\": {}, \"plan_bytes\": {}, "
             "\"peak_bytes\": {}, \"peak_pss_with_file_pages_bytes\": {}, \"ratio\": {:.4f}, "

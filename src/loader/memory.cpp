@@ -80,16 +80,15 @@ MemoryEstimate estimate_memory(const EstimateInputs& in) {
   // A fresh iterator's batch 0 is split over the workers (dispatch.cpp): each worker but the
   // first writes its part into a slot of its own, which stays ready while the check lets the
   // workers go on, so a short epoch also backs those parts' pages in slots it leaves unfilled.
-  const std::size_t parts =
-      in.num_workers >= 2 && in.streaming && in.batch_size >= 2
-          ? std::min(in.num_workers, in.batch_size)
-          : 1;
+  const std::size_t parts = in.num_workers >= 2 && in.streaming && in.batch_size >= 2
+                                ? std::min(in.num_workers, in.batch_size)
+                                : 1;
   const std::size_t part_slots = std::min(parts - 1, e.num_slots - filled);
   const std::size_t part_rows = (in.batch_size + parts - 1) / parts;
-  const std::size_t part_bytes = detail::round_up(
-      detail::Ring::payload_start(part_rows) + part_rows * in.bytes_per_sample +
-          detail::kLayoutBytes,
-      detail::kPageSize);
+  const std::size_t part_bytes =
+      detail::round_up(detail::Ring::payload_start(part_rows) + part_rows * in.bytes_per_sample +
+                           detail::kLayoutBytes,
+                       detail::kPageSize);
   e.ring_bytes = detail::Ring::slots_offset(geometry.channels) + filled * e.slot_bytes +
                  part_slots * std::min(part_bytes, e.slot_bytes) +
                  (e.num_slots - filled - part_slots) *

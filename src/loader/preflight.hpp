@@ -63,7 +63,7 @@ class Preflight {
   DatasetProbe probe_;
   std::optional<ResolvedOptions> resolved_;
   std::optional<std::size_t> measured_sample_bytes_;
-  std::optional<std::size_t> measured_worker_base_;  // the probe process's private memory
+  std::optional<std::size_t> measured_worker_base_;     // the probe's or the first batch's
   std::optional<std::size_t> measured_worker_startup_;  // the part before its first sample
   bool probe_failed_ = false;
   bool checked_ = false;

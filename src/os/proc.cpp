@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include <fmt/format.h>
@@ -118,14 +118,13 @@ std::optional<std::uint64_t> read_own_private_anonymous() {
   if (fd < 0) return std::nullopt;
   PrivateAnonymousSum sum;
   char buffer[8192];
-  std::size_t held = 0;       // bytes of a line not yet ended, at the buffer's start
-  bool skipping = false;      // the rest of a line longer than the buffer
+  std::size_t held = 0;   // bytes of a line not yet ended, at the buffer's start
+  bool skipping = false;  // the rest of a line longer than the buffer
   for (;;) {
     const ssize_t got = posix::read_full(fd, buffer + held, sizeof buffer - held);
     if (got <= 0) break;
     std::string_view text(buffer, held + static_cast<std::size_t>(got));
-    for (std::size_t end = text.find('\n'); end != std::string_view::npos;
-         end = text.find('\n')) {
+    for (std::size_t end = text.find('\n'); end != std::string_view::npos; end = text.find('\n')) {
       if (!skipping) sum.line(text.substr(0, end));
       skipping = false;
       text.remove_prefix(end + 1);

@@ -12,20 +12,14 @@
 #include <catch2/catch.hpp>
 
 #include "support/datasets.hpp"
+#include "support/files.hpp"
 
 using namespace stoker;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char templ[] = "/tmp/stoker-img-XXXXXX";
-    path = mkdtemp(templ);
-  }
-  ~TempDir() { (void)!std::system(("rm -rf " + path).c_str()); }
-};
+using stoker::test::TempDir;
 
 using Pixel = std::array<std::uint8_t, 3>;
 

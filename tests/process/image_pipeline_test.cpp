@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "stoker/stoker.hpp"
+#include "support/files.hpp"
 #include "support/images.hpp"
 
 using namespace stoker;
@@ -16,14 +17,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char templ[] = "/tmp/stoker-pipe-XXXXXX";
-    path = mkdtemp(templ);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using stoker::test::TempDir;
 
 void write(const std::string& path, const std::vector<std::uint8_t>& bytes) {
   fs::create_directories(fs::path(path).parent_path());

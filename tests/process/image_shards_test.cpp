@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include "stoker/stoker.hpp"
+#include "support/files.hpp"
 #include "support/images.hpp"
 
 using namespace stoker;
@@ -16,14 +17,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() : path(fs::temp_directory_path() / fmt::format("stoker-shard-img-{}", ::getpid())) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using stoker::test::TempDir;
 
 Tensor bytes_tensor(const std::vector<std::uint8_t>& bytes) {
   return Tensor::from(std::span<const std::uint8_t>(bytes));

@@ -19,21 +19,13 @@
 #include "stoker/data_loader.hpp"
 #include "stoker/mds_dataset.hpp"
 #include "support/datasets.hpp"
+#include "support/files.hpp"
 
 using namespace stoker;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char templ[] = "/tmp/stoker-mds-XXXXXX";
-    path = ::mkdtemp(templ);
-  }
-  ~TempDir() { (void)!std::system(("rm -rf " + path).c_str()); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
+using stoker::test::TempDir;
 
 // `count` samples, `per_shard` to a shard; extra arguments for write_records.py mds.
 std::string write_mds(const std::string& dir, int count, int per_shard,
@@ -45,13 +37,8 @@ std::string write_mds(const std::string& dir, int count, int per_shard,
   return dir;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
+using stoker::test::read_file;
+using stoker::test::write_file;
 void replace_in_file(const std::string& path, const std::string& from, const std::string& to) {
   std::string text = read_file(path);
   const std::size_t at = text.find(from);

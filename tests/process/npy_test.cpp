@@ -15,19 +15,13 @@
 #include <catch2/catch.hpp>
 
 #include "support/datasets.hpp"
+#include "support/files.hpp"
 
 using namespace stoker;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char templ[] = "/tmp/stoker-npy-XXXXXX";
-    path = mkdtemp(templ);
-  }
-  ~TempDir() { (void)!std::system(("rm -rf " + path).c_str()); }
-};
+using stoker::test::TempDir;
 
 void write_bytes(const std::string& path, const std::vector<std::byte>& header, const void* data,
                  std::size_t n) {

@@ -12,8 +12,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "os/nvml.hpp"
 #include "loader/stats_collector.hpp"
+#include "os/nvml.hpp"
 #include "support/captured_log.hpp"
 #include "support/clean_state.hpp"
 #include "support/datasets.hpp"

@@ -19,21 +19,13 @@
 #include "stoker/data_loader.hpp"
 #include "stoker/tfrecord_dataset.hpp"
 #include "support/datasets.hpp"
+#include "support/files.hpp"
 
 using namespace stoker;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char templ[] = "/tmp/stoker-tfrecord-XXXXXX";
-    path = ::mkdtemp(templ);
-  }
-  ~TempDir() { (void)!std::system(("rm -rf " + path).c_str()); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
+using stoker::test::TempDir;
 
 // Records first .. first + count - 1 of write_records.py into `path`.
 std::string write_tfrecord(const std::string& path, int first, int count,
@@ -45,13 +37,8 @@ std::string write_tfrecord(const std::string& path, int first, int count,
   return path;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
+using stoker::test::read_file;
+using stoker::test::write_file;
 
 // Where each record's frame starts, walking the lengths of a good file.
 std::vector<std::size_t> record_offsets(const std::string& bytes) {

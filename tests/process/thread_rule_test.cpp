@@ -122,7 +122,8 @@ TEST_CASE("a second thread's call while one is inside raises the thread rule", "
         a_begun = true;
         // The first fetch waits for batch 0, whose sample 1 waits at the gate.
         for (BatchIterator& it = *shared_it; it != loader.end(); ++it) {
-          for (const std::int64_t i : test::batch_indices(*it)) ++seen.at(static_cast<std::size_t>(i));
+          for (const std::int64_t i : test::batch_indices(*it))
+            ++seen.at(static_cast<std::size_t>(i));
         }
       } catch (const std::exception& e) {
         a_error = e.what();
@@ -322,7 +323,8 @@ TEST_CASE("an iterator destroyed while another thread is inside ends its epoch a
   const std::vector<int> seen = [&] {
     std::vector<int> counts(kSamples, 0);
     for (const Batch& batch : loader) {
-      for (const std::int64_t i : test::batch_indices(batch)) ++counts.at(static_cast<std::size_t>(i));
+      for (const std::int64_t i : test::batch_indices(batch))
+        ++counts.at(static_cast<std::size_t>(i));
     }
     return counts;
   }();

@@ -7,19 +7,13 @@
 #include <catch2/catch.hpp>
 
 #include "support/datasets.hpp"
+#include "support/files.hpp"
 
 using namespace stoker;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char templ[] = "/tmp/stoker-tok-XXXXXX";
-    path = mkdtemp(templ);
-  }
-  ~TempDir() { (void)!std::system(("rm -rf " + path).c_str()); }
-};
+using stoker::test::TempDir;
 
 // Token k of shard `id` is (id * 1000 + k) % 65536.
 std::vector<std::uint16_t> tokens(std::size_t id, std::size_t n) {

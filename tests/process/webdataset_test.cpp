@@ -16,12 +16,13 @@
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include "stoker/webdataset.hpp"
 #include "support/clean_state.hpp"
 #include "support/datasets.hpp"
+#include "support/files.hpp"
 
 using namespace stoker;
 namespace fs = std::filesystem;
@@ -29,15 +30,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // A scratch directory, removed with its contents.
-struct TempDir {
-  explicit TempDir(const std::string& name)
-      : path("/tmp/stoker-wds-" + name + "-" + std::to_string(::getpid())) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string path;
-};
+using stoker::test::TempDir;
 
 std::span<const std::byte> as_bytes(const std::string& s) {
   return std::as_bytes(std::span<const char>(s.data(), s.size()));

@@ -96,10 +96,12 @@ TEST_CASE("proc: private anonymous memory leaves out shared mappings' dirty page
       "Size:                132 kB\n"
       "Private_Dirty:         40 kB\n"
       "VmFlags: rd wr mr mw me ac sd\n"
-      "7f1000000000-7f1000100000 rw-s 00000000 00:01 1234                       /memfd:ring (deleted)\n"
+      "7f1000000000-7f1000100000 rw-s 00000000 00:01 1234                       /memfd:ring "
+      "(deleted)\n"
       "Size:               1024 kB\n"
       "Private_Dirty:        512 kB\n"
-      "7f2000000000-7f2000002000 rw-p 0001d000 08:01 42                         /usr/lib/libc.so.6\n"
+      "7f2000000000-7f2000002000 rw-p 0001d000 08:01 42                         "
+      "/usr/lib/libc.so.6\n"
       "Private_Clean:          4 kB\n"
       "Private_Dirty:          8 kB\n"
       "7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]\n"
@@ -125,8 +127,8 @@ TEST_CASE("proc: this process's private anonymous memory grows with its heap, no
   ::munmap(shared, kBytes);
   REQUIRE(with_shared.has_value());
   REQUIRE(with_heap.has_value());
-  CHECK(*with_shared < *before + kBytes / 2);             // the shared pages are not in it
-  CHECK(*with_heap >= *with_shared + kBytes * 9 / 10);    // the heap's are
+  CHECK(*with_shared < *before + kBytes / 2);           // the shared pages are not in it
+  CHECK(*with_heap >= *with_shared + kBytes * 9 / 10);  // the heap's are
   CHECK(heap[kBytes - 1] == 1);
 }
 
