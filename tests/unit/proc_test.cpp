@@ -128,7 +128,11 @@ TEST_CASE("proc: this process's private anonymous memory grows with its heap, no
   const std::optional<std::uint64_t> with_shared = read_own_private_anonymous();
   void* heap = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   REQUIRE(heap != MAP_FAILED);
+  // Each page different: where same-page merging (KSM) runs, identical pages become shared.
   std::memset(heap, 1, kBytes);
+  for (std::uint64_t page = 0; page < kBytes / 4096; ++page) {
+    std::memcpy(static_cast<char*>(heap) + page * 4096, &page, sizeof page);
+  }
   const std::optional<std::uint64_t> with_heap = read_own_private_anonymous();
   ::munmap(shared, kBytes);
   ::munmap(heap, kBytes);
