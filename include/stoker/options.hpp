@@ -91,7 +91,9 @@ struct LoaderOptions {
   // is skipped).
   std::size_t sample_bytes = 0;
   // Bind each worker to its own physical core, avoiding the core of the thread that starts
-  // the epoch (the training loop's).
+  // the epoch (the training loop's). Without it, workers forked together hold their first
+  // task (their part of batch 0) to different CPUs of the caller's set, then run anywhere in
+  // it (docs/architecture.md, "The first batch").
   bool bind_workers = false;
 
   // Page-locked batches, for fast copies to a GPU (pinned_allocator.hpp). kRegister locks the

@@ -1,6 +1,6 @@
 // The worker process's side: what a freshly forked worker sets up (worker info, signal
-// dispositions, lifeline, CPU binding, worker_init), then its serve loop: pop a
-// task, load the batch into its slot, push the result, ring the main doorbell; sleep on its own
+// dispositions, lifeline, CPU binding, worker_init, the first task's CPU), then its serve loop: pop
+// a task, load the batch into its slot, push the result, ring the main doorbell; sleep on its own
 // doorbell when idle; _exit() on a stop message or when the main process is gone.
 #include "ipc/worker_loop.hpp"
 
@@ -9,6 +9,7 @@
 #include <atomic>
 #include <csignal>
 #include <optional>
+#include <vector>
 
 #include "data/buffer_cache.hpp"
 #include "data/error_text.hpp"
@@ -100,11 +101,23 @@ void worker_main(const WorkerLaunch& launch, pid_t parent) noexcept {
   // worker_init should have set up (a seed, a file, a shard) is missing, so the worker loads
   // nothing, while the other workers' batches still arrive.
   std::optional<CaughtException> init_error;
+  const std::vector<int> fork_cpus =
+      launch.first_task_cpu >= 0 ? posix::allowed_cpus() : std::vector<int>{};
   if (launch.worker_init != nullptr && *launch.worker_init) {
     try {
       (*launch.worker_init)(launch.id);
     } catch (...) {
       init_error = describe_current_exception();
+    }
+  }
+  // The first task on one CPU, then back on the ones it had; unless worker_init has placed the
+  // worker itself (or there is nothing to spread over, or a cpuset forbids it).
+  std::vector<int> first_task_from;
+  if (launch.first_task_cpu >= 0) {
+    first_task_from = posix::allowed_cpus();
+    if (first_task_from != fork_cpus || first_task_from.size() < 2 ||
+        posix::bind_to_cpus({launch.first_task_cpu}) != 0) {
+      first_task_from.clear();
     }
   }
 
@@ -133,6 +146,15 @@ void worker_main(const WorkerLaunch& launch, pid_t parent) noexcept {
     STOKER_ASSERT(pushed, "INV-QUEUE-2: a result queue has room for every slot of its channel");
     (void)pushed;
     ring_doorbell(ring.control().main_doorbell, launch.main_eventfd);
+    if (!first_task_from.empty()) {
+      // Unless get() has placed the worker itself. A cpuset changed meanwhile may refuse the
+      // old set: then every CPU it allows.
+      if (posix::allowed_cpus() == std::vector<int>{launch.first_task_cpu} &&
+          posix::bind_to_cpus(first_task_from) != 0) {
+        (void)posix::unbind_cpus();
+      }
+      first_task_from.clear();
+    }
   }
 }
 

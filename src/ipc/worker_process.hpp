@@ -60,6 +60,10 @@ struct WorkerLaunch {
   bool skip_samples = false;               // OnSampleError::kSkip
   bool collect_stats = true;               // time batches stage by stage now and then
   const std::vector<int>* cpus = nullptr;  // bind_workers: the logical CPUs to run on
+  // When >= 0, the worker runs its first task on this CPU only, then on all it had: workers
+  // forked together start on the caller's CPU and the scheduler can leave two of them sharing
+  // one for their first milliseconds, which serialises the parts of batch 0 (WorkerPool).
+  int first_task_cpu = -1;
   const std::function<void(std::size_t)>* worker_init = nullptr;
 };
 

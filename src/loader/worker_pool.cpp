@@ -67,18 +67,27 @@ void WorkerPool::start_all(SlotTable& slots) {
   if (all_running()) return;
   stop_all(&slots);
   warn_if_multithreaded();
+  std::vector<int> spread;  // CPUs for the workers' first tasks, in turn
   if (launch_.bind_workers) {
     worker_cpus_ = worker_cores(Topology::detect(), num_workers_, ::sched_getcpu());
+  } else if (num_workers_ >= 2) {
+    spread = posix::allowed_cpus();
+    if (spread.size() < 2) spread.clear();
+    // Begin after the caller's CPU: several loaders (ranks) on one machine then spread too.
+    const auto caller = std::find(spread.begin(), spread.end(), ::sched_getcpu());
+    if (caller != spread.end()) std::rotate(spread.begin(), caller + 1, spread.end());
   }
   try {
-    for (std::size_t p = 0; p < num_workers_; ++p) spawn_on(p, p);
+    for (std::size_t p = 0; p < num_workers_; ++p) {
+      spawn_on(p, p, spread.empty() ? -1 : spread[p % spread.size()]);
+    }
   } catch (...) {
     stop_all(&slots);
     throw;
   }
 }
 
-void WorkerPool::spawn_on(std::size_t c, std::size_t p) {
+void WorkerPool::spawn_on(std::size_t c, std::size_t p, int first_task_cpu) {
   reset_channel(c);
   WorkerLaunch launch;
   launch.id = p;
@@ -92,6 +101,7 @@ void WorkerPool::spawn_on(std::size_t c, std::size_t p) {
   launch.skip_samples = launch_.skip_samples;
   launch.collect_stats = launch_.collect_stats;
   launch.cpus = p < worker_cpus_.size() ? &worker_cpus_[p] : nullptr;
+  launch.first_task_cpu = first_task_cpu;
   launch.worker_init = launch_.worker_init;
   ChannelState& channel = channels_[c];
   channel.process = WorkerProcess::spawn(launch);

@@ -77,10 +77,14 @@ class WorkerPool {
 
   // Forks every worker unless all run (stopping any that are left first). Throws what fork
   // throws, after stopping the ones it had started; issued slots are freed in `slots`.
+  // Without bind_workers, two or more workers run their first tasks (the parts of batch 0) on
+  // different CPUs, starting with the one after the caller's, then wherever the scheduler
+  // puts them.
   void start_all(SlotTable& slots);
   // Forks a worker for id p on channel c (whose previous process, if any, is reaped) and makes
-  // c serve p. Throws stoker::Error when fork fails.
-  void spawn_on(std::size_t c, std::size_t p);
+  // c serve p; its first task runs on `first_task_cpu` alone when that is >= 0. Throws
+  // stoker::Error when fork fails.
+  void spawn_on(std::size_t c, std::size_t p, int first_task_cpu = -1);
   // Asks channel c's worker to exit: at once (`now`: between samples) or after its queued
   // tasks.
   void request_stop(std::size_t c, bool now) noexcept;

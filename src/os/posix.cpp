@@ -294,6 +294,25 @@ int bind_to_cpus(const std::vector<int>& cpus) noexcept {
   return ::sched_setaffinity(0, sizeof set, &set);
 }
 
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(static_cast<std::size_t>(cpu), &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+int unbind_cpus() noexcept {
+  // Every CPU: the kernel keeps those of the thread's cpuset.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) CPU_SET(static_cast<std::size_t>(cpu), &set);
+  return ::sched_setaffinity(0, sizeof set, &set);
+}
+
 pid_t self_pid() noexcept { return ::getpid(); }
 pid_t parent_pid() noexcept { return ::getppid(); }
 

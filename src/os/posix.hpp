@@ -127,6 +127,11 @@ void unblock_all_signals() noexcept;
 int signal_on_io(int fd) noexcept;
 // Runs this process only on `cpus` (best effort: a cpuset may forbid it).
 int bind_to_cpus(const std::vector<int>& cpus) noexcept;
+// The logical CPUs this thread may run on (sched_getaffinity); empty when it cannot be read.
+std::vector<int> allowed_cpus();
+// Lets this thread run on every CPU its cpuset allows (after bind_to_cpus). -1 and errno on
+// failure.
+int unbind_cpus() noexcept;
 
 pid_t self_pid() noexcept;
 pid_t parent_pid() noexcept;

@@ -1,11 +1,14 @@
 // A fresh iterator's first batch: split across the workers (each loads part of batch 0, in
 // order) and joined into one batch equal to what one worker would have made; and the memory
 // check measured from that first batch instead of a probe process, so no sample is loaded twice.
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -13,6 +16,7 @@
 #include <catch2/catch.hpp>
 
 #include "support/clean_state.hpp"
+#include "support/cpus.hpp"
 #include "support/datasets.hpp"
 
 using namespace stoker;
@@ -239,4 +243,128 @@ TEST_CASE("a first batch over the memory limit ends begin() with MemoryBudgetErr
     REQUIRE(loader.memory_estimate().bytes_per_sample == std::size_t{1} << 20);
   }
   STOKER_REQUIRE_CLEAN(baseline);
+}
+
+namespace {
+
+std::vector<int> cpus_allowed_here() { return test::allowed_cpus(::getpid()); }
+
+// Sample i records, in shared memory, at its first load only (persistent workers go on to the
+// next epoch before this one is checked): how many CPUs the process loading it may run on
+// ([i]), the one CPU when that is 1 ([n + i], else -1), and the worker (id + 1, [2n + i]).
+struct Placed {
+  std::size_t n = 48;
+  const SharedCounters* seen = nullptr;
+  std::size_t size() const { return n; }
+  Sample get(std::size_t i) const {
+    const std::vector<int> cpus = cpus_allowed_here();
+    std::int64_t unset = 0;
+    if ((*seen)[i].compare_exchange_strong(unset, static_cast<std::int64_t>(cpus.size()))) {
+      (*seen)[n + i] = cpus.size() == 1 ? cpus[0] : -1;
+      const WorkerInfo* info = worker_info();
+      (*seen)[2 * n + i] = info == nullptr ? 0 : static_cast<std::int64_t>(info->id) + 1;
+    }
+    Sample s;
+    s.set("index", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(i)));
+    return s;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the parts of batch 0 run on different CPUs, then each worker on all it had",
+          "[first_batch]") {
+  const std::vector<int> mine = cpus_allowed_here();
+  REQUIRE_FALSE(mine.empty());
+  if (mine.size() < 2) {
+    WARN("not run: this process may run on one CPU only");
+    return;
+  }
+  SharedCounters seen(3 * 48);
+  LoaderOptions opt;
+  opt.batch_size = 8;
+  opt.num_workers = 2;
+  opt.sample_bytes = 64;
+  const bool persistent = GENERATE(false, true);
+  opt.persistent_workers = persistent;
+  CAPTURE(persistent);
+  DataLoader loader(Placed{48, &seen}, opt);
+  // Without persistent workers each epoch forks new ones, whose first tasks are held again.
+  for (int epoch = 0; epoch < (persistent ? 1 : 2); ++epoch) {
+    for (std::size_t i = 0; i < seen.size(); ++i) seen[i] = 0;
+    std::size_t samples = 0;
+    for (const Batch& b : loader) samples += b.size();
+    REQUIRE(samples == 48);
+    // Batch 0 (samples 0-7): worker 0 loads 0-3 and worker 1 4-7, each held to one CPU of the
+    // caller's set, and not the same one.
+    std::set<std::int64_t> first_cpus;
+    for (std::size_t i = 0; i < 8; ++i) {
+      CAPTURE(epoch, i);
+      REQUIRE(seen[2 * 48 + i] == (i < 4 ? 1 : 2));
+      REQUIRE(seen[i] == 1);
+      REQUIRE(std::find(mine.begin(), mine.end(), seen[48 + i]) != mine.end());
+      first_cpus.insert(seen[48 + i]);
+    }
+    REQUIRE(first_cpus.size() == 2);
+    // Every later sample: loaded with all the CPUs the worker was forked with.
+    for (std::size_t i = 8; i < 48; ++i) {
+      CAPTURE(epoch, i);
+      REQUIRE(seen[2 * 48 + i] > 0);
+      REQUIRE(seen[i] == static_cast<std::int64_t>(mine.size()));
+    }
+  }
+}
+TEST_CASE("a caller held to one CPU keeps its workers there, first task included",
+          "[first_batch]") {
+  const std::vector<int> mine = cpus_allowed_here();
+  REQUIRE_FALSE(mine.empty());
+  cpu_set_t saved;
+  REQUIRE(::sched_getaffinity(0, sizeof saved, &saved) == 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(static_cast<std::size_t>(mine.back()), &one);
+  REQUIRE(::sched_setaffinity(0, sizeof one, &one) == 0);
+  SharedCounters seen(3 * 48);
+  LoaderOptions opt;
+  opt.batch_size = 8;
+  opt.num_workers = 2;
+  opt.sample_bytes = 64;
+  std::size_t samples = 0;
+  {
+    DataLoader loader(Placed{48, &seen}, opt);
+    for (const Batch& b : loader) samples += b.size();
+  }
+  REQUIRE(::sched_setaffinity(0, sizeof saved, &saved) == 0);
+  REQUIRE(samples == 48);
+  for (std::size_t i = 0; i < 48; ++i) {
+    CAPTURE(i);
+    REQUIRE(seen[i] == 1);
+    REQUIRE(seen[48 + i] == mine.back());
+  }
+}
+
+TEST_CASE("a worker that worker_init places itself stays where it put itself", "[first_batch]") {
+  const std::vector<int> mine = cpus_allowed_here();
+  REQUIRE_FALSE(mine.empty());
+  SharedCounters seen(3 * 48);
+  LoaderOptions opt;
+  opt.batch_size = 8;
+  opt.num_workers = 2;
+  opt.sample_bytes = 64;
+  const int target = mine.front();
+  opt.worker_init = [target](std::size_t) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(static_cast<std::size_t>(target), &one);
+    if (::sched_setaffinity(0, sizeof one, &one) != 0) throw std::runtime_error("setaffinity");
+  };
+  std::size_t samples = 0;
+  DataLoader loader(Placed{48, &seen}, opt);
+  for (const Batch& b : loader) samples += b.size();
+  REQUIRE(samples == 48);
+  for (std::size_t i = 0; i < 48; ++i) {  // batch 0 and every later one: where worker_init said
+    CAPTURE(i);
+    REQUIRE(seen[i] == 1);
+    REQUIRE(seen[48 + i] == target);
+  }
 }

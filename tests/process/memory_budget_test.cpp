@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include "support/clean_state.hpp"
+#include "support/cpus.hpp"
 #include "support/datasets.hpp"
 
 using namespace stoker;
@@ -30,22 +31,6 @@ struct Images {
     return s;
   }
 };
-
-std::vector<int> allowed_cpus(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::vector<int> cpus;
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("Cpus_allowed_list:", 0) != 0) continue;
-    std::istringstream list(line.substr(18));
-    for (std::string part; std::getline(list, part, ',');) {
-      const std::size_t dash = part.find('-');
-      const int first = std::stoi(part.substr(0, dash));
-      const int last = dash == std::string::npos ? first : std::stoi(part.substr(dash + 1));
-      for (int c = first; c <= last; ++c) cpus.push_back(c);
-    }
-  }
-  return cpus;
-}
 
 }  // namespace
 
@@ -238,7 +223,7 @@ TEST_CASE("bind_workers puts each worker on its own core, away from the caller's
   const std::vector<pid_t> pids = loader.worker_pids();
   std::set<std::size_t> cores;
   for (const pid_t pid : pids) {
-    const std::vector<int> cpus = allowed_cpus(pid);
+    const std::vector<int> cpus = test::allowed_cpus(pid);
     REQUIRE_FALSE(cpus.empty());
     const std::size_t core = topology.core_of(cpus[0]);
     for (const int cpu : cpus) REQUIRE(topology.core_of(cpu) == core);  // one core each
