@@ -112,7 +112,9 @@ Metrics evaluate(const Model& model, stoker::DataLoader<Points>& val_loader) {
 // whether both behaved as described.
 bool held_batches(const Points& val_set) {
   stoker::LoaderOptions opt;
-  opt.batch_size = 64;  // 16 batches: more than the deepest prefetch (8 slots a worker)
+  // 63 batches: more than the deepest prefetch (kMaxAdaptivePrefetch = 32 slots a worker for
+  // batches as small as these)
+  opt.batch_size = 16;
   opt.num_workers = 1;
   stoker::DataLoader loader(val_set, opt);
 

@@ -36,10 +36,15 @@ enum class PinMode : std::uint8_t {
 };
 
 // LoaderOptions::prefetch_factor = kAdaptivePrefetch: a depth that adapts, from 2 up to
-// kMaxAdaptivePrefetch batches per worker (see prefetch_factor).
+// kMaxAdaptivePrefetch batches per worker (see prefetch_factor). How deep depends on the
+// batch's size: a worker's batches in flight are held to kAdaptivePrefetchBytes, but never to
+// fewer than kAdaptivePrefetchFloor batches however large they are, and to that floor while
+// the bytes per sample are not known. The memory check may lower the limit further.
 inline constexpr std::size_t kAdaptivePrefetch = 0;
 inline constexpr std::size_t kMinAdaptivePrefetch = 2;
-inline constexpr std::size_t kMaxAdaptivePrefetch = 8;
+inline constexpr std::size_t kMaxAdaptivePrefetch = 32;
+inline constexpr std::size_t kAdaptivePrefetchFloor = 8;
+inline constexpr std::size_t kAdaptivePrefetchBytes = std::size_t{64} << 20;
 
 struct LoaderOptions {
   std::size_t batch_size = 1;  // samples per batch, 1 .. kMaxBatchSize

@@ -78,7 +78,7 @@ Ring::Ring(const RingGeometry& geometry) {
   const std::size_t stride = round_up(slot_bytes, kPageSize);
   const std::size_t num_slots = num_channels * slots_per_channel;
   if (stride != 0 && num_slots > (std::size_t{1} << 46) / stride) {
-    throw Error(fmt::format(
+    throw AddressSpaceError(fmt::format(
         "DataLoader: {} slots of {} would need more address space than a process has; lower "
         "LoaderOptions::max_batch_bytes, num_workers or prefetch_factor",
         num_slots, format_bytes(stride)));

@@ -36,10 +36,11 @@ SharedRegion::SharedRegion(const char* name, std::size_t bytes, const std::strin
   (void)posix::add_seals(fd.get(), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
   void* base = posix::map_shared(fd.get(), bytes_);
   if (base == MAP_FAILED) {
-    throw Error(posix::errno_message(fmt::format("{}: mapping {} of address space failed", who,
-                                                 format_bytes(bytes_)),
-                                     errno) +
-                map_advice);
+    throw AddressSpaceError(
+        posix::errno_message(
+            fmt::format("{}: mapping {} of address space failed", who, format_bytes(bytes_)),
+            errno) +
+        map_advice);
   }
   base_ = static_cast<std::byte*>(base);
   if (read_only_view) {

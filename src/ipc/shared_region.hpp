@@ -10,7 +10,16 @@
 #include <cstddef>
 #include <string>
 
+#include "stoker/errors.hpp"
+
 namespace stoker::detail {
+
+// The region's address space could not be reserved (mmap failed, or it is more than a process
+// has): the loader may retry with a smaller ring. Any other failure is a plain stoker::Error.
+class AddressSpaceError : public Error {
+ public:
+  using Error::Error;
+};
 
 class SharedRegion {
  public:

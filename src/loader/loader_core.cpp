@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "datasets/launch.hpp"
+#include "os/log.hpp"
 #include "os/posix.hpp"
 #include "stoker/errors.hpp"
 
@@ -62,7 +63,20 @@ void LoaderCore::Impl::ensure_ring() {
   if (shared) return;
   const ResolvedOptions& r = resolved();
   auto fresh = std::make_shared<RingHandle>();
-  fresh->ring = std::make_unique<Ring>(r.geometry);
+  try {
+    fresh->ring = std::make_unique<Ring>(r.geometry);
+  } catch (const AddressSpaceError& wide) {
+    if (!r.narrow_geometry) throw;
+    fresh->ring = std::make_unique<Ring>(*r.narrow_geometry);  // throws its own error
+    try {
+      logger().info(
+          "stoker: {}; the ring has {} slots a worker instead, and the adaptive "
+          "prefetch depth stops there",
+          wide.what(), kAdaptivePrefetchFloor);
+    } catch (...) {
+    }
+  }
+  preflight.set_ring_depth(fresh->ring->slots_per_channel());
   const std::size_t n = fresh->ring->num_slots();
   fresh->held = std::make_unique<std::atomic<bool>[]>(n);
   fresh->main_eventfd.reset(posix::make_eventfd());

@@ -2,7 +2,7 @@
 // loader's prefetch depth. A prefetch_factor the user set is a fixed depth. The default
 // (kAdaptivePrefetch) starts at 2 and adapts: when, over a window of deliveries, the consumer
 // waited while workers sat with nothing to load (their slots all full: "bubbles" where the
-// consumer, time-sliced with them, had not yet released one), the depth rises by one, up to the
+// consumer, time-sliced with them, had not yet released one), the depth doubles, up to the
 // limit the memory check allows; when the consumer never waits and the workers idle most of
 // the time (they are far ahead anyway), it falls back by one after several such windows. Pure
 // arithmetic on what the loader measures; main process only.

@@ -88,10 +88,21 @@ const ResolvedOptions& Preflight::resolve() {
 }
 
 std::size_t Preflight::depth_limit() const noexcept {
-  if (depth_limit_ > 0) return depth_limit_;
-  if (resolved_) return resolved_->max_depth;
-  return options_.prefetch_factor == kAdaptivePrefetch ? kMaxAdaptivePrefetch
-                                                       : options_.prefetch_factor;
+  std::size_t limit = depth_limit_;
+  if (limit == 0) {
+    limit = options_.prefetch_factor != kAdaptivePrefetch
+                ? options_.prefetch_factor
+                : adaptive_ceiling(options_.sample_bytes > 0 ? std::optional(options_.sample_bytes)
+                                                             : measured_sample_bytes_);
+  }
+  return ring_depth_ > 0 ? std::min(limit, ring_depth_) : limit;
+}
+
+std::size_t Preflight::adaptive_ceiling(std::optional<std::size_t> bytes) const noexcept {
+  if (!bytes || *bytes == 0) return kAdaptivePrefetchFloor;
+  const std::size_t batches =
+      kAdaptivePrefetchBytes / *bytes / std::max<std::size_t>(options_.batch_size, 1);
+  return std::clamp(batches, kAdaptivePrefetchFloor, kMaxAdaptivePrefetch);
 }
 
 MemoryEstimate Preflight::estimate(std::size_t workers, std::size_t batch, std::size_t bytes,
@@ -169,9 +180,10 @@ void Preflight::check_first_batch(std::optional<std::size_t> bytes,
 }
 
 void Preflight::run_checks(std::size_t bytes) {
-  std::size_t depth = resolved_->max_depth;
+  std::size_t depth = resolved_->adaptive_depth ? adaptive_ceiling(bytes) : resolved_->max_depth;
   if (options_.check_memory) {
-    depth = check_memory(bytes, options_.memory_limit ? SystemInfo{} : probe_memory_limits());
+    depth =
+        check_memory(bytes, depth, options_.memory_limit ? SystemInfo{} : probe_memory_limits());
   }
   if (resolved_->pinning != Pinning::kNone) depth = check_pinned(bytes, depth);
   depth_limit_ = depth;
@@ -208,7 +220,8 @@ std::size_t Preflight::check_pinned(std::size_t bytes, std::size_t max_depth) {
       locked, now.budget_bytes, now.in_use_bytes + now.cached_bytes);
 }
 
-std::size_t Preflight::check_memory(std::size_t bytes, const SystemInfo& system) {
+std::size_t Preflight::check_memory(std::size_t bytes, std::size_t deepest,
+                                    const SystemInfo& system) {
   const std::size_t num_workers = resolved_->num_workers;
   const std::size_t min_depth = resolved_->min_depth;
   std::uint64_t allowed = 0;
@@ -218,7 +231,7 @@ std::size_t Preflight::check_memory(std::size_t bytes, const SystemInfo& system)
     limit = "LoaderOptions::memory_limit";
   } else {
     const std::optional<std::uint64_t> usable = system.usable_memory();
-    if (!usable) return resolved_->max_depth;  // nothing to check against
+    if (!usable) return deepest;  // nothing to check against
     allowed = static_cast<std::uint64_t>(static_cast<double>(*usable) * options_.memory_fraction);
     const bool cgroup = system.cgroup_limit.value &&
                         (!system.mem_available.value ||
@@ -231,7 +244,7 @@ std::size_t Preflight::check_memory(std::size_t bytes, const SystemInfo& system)
                            : "by MemAvailable");
   }
   // The deepest prefetch that fits; a fixed prefetch_factor has only its own depth to try.
-  for (std::size_t depth = resolved_->max_depth; depth >= min_depth && depth > 0; --depth) {
+  for (std::size_t depth = deepest; depth >= min_depth && depth > 0; --depth) {
     if (estimate(num_workers, options_.batch_size, bytes, depth).loader_bytes <= allowed) {
       return depth;
     }

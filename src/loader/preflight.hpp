@@ -43,10 +43,16 @@ class Preflight {
   // prefetch depth `depth` (0: the deepest this loader may reach, depth_limit()).
   MemoryEstimate estimate(std::size_t workers, std::size_t batch, std::size_t bytes,
                           std::size_t depth = 0) const;
-  // The deepest prefetch the checks allow: the resolved max_depth until they have run, then the
-  // largest depth whose estimate fits the memory limit and the pinned budget (adaptive depth;
-  // a fixed prefetch_factor is its own limit).
+  // The deepest prefetch the checks allow: until they have run, a fixed prefetch_factor or the
+  // adaptive ceiling for the bytes per sample known so far; then the largest depth up to that
+  // whose estimate fits the memory limit and the pinned budget.
   std::size_t depth_limit() const noexcept;
+  // The adaptive depth's ceiling for samples of `bytes` (options.hpp: kAdaptivePrefetchBytes
+  // of batches per worker, within [kAdaptivePrefetchFloor, kMaxAdaptivePrefetch]);
+  // kAdaptivePrefetchFloor when the bytes are unknown.
+  std::size_t adaptive_ceiling(std::optional<std::size_t> bytes) const noexcept;
+  // The ring made has `slots` a channel: depth_limit() never passes it.
+  void set_ring_depth(std::size_t slots) noexcept { ring_depth_ = slots; }
   // Bytes per sample: given, or measured once by the probe; empty when it cannot be known.
   std::optional<std::size_t> sample_bytes();
   std::size_t cache_bytes() const noexcept { return probe_.cache_bytes; }
@@ -55,7 +61,8 @@ class Preflight {
   std::chrono::milliseconds probe_timeout() const;
   void run_checks(std::size_t bytes);
   // Each returns the largest depth that fits (at least the minimum), or throws.
-  std::size_t check_memory(std::size_t bytes, const SystemInfo& system);
+  // check_memory tries the depths from `deepest` down.
+  std::size_t check_memory(std::size_t bytes, std::size_t deepest, const SystemInfo& system);
   std::size_t check_pinned(std::size_t bytes, std::size_t max_depth);
 
   const LoaderOptions& options_;
@@ -68,7 +75,8 @@ class Preflight {
   bool probe_failed_ = false;
   bool checked_ = false;
   bool awaiting_first_batch_ = false;
-  std::size_t depth_limit_ = 0;  // 0: not checked yet (the resolved max_depth)
+  std::size_t depth_limit_ = 0;  // 0: not checked yet
+  std::size_t ring_depth_ = 0;   // 0: no ring yet
 };
 
 }  // namespace stoker::detail

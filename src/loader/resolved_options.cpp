@@ -14,6 +14,10 @@ ResolvedOptions resolve_options(const LoaderOptions& options, std::size_t num_wo
   r.min_depth = r.adaptive_depth ? kMinAdaptivePrefetch : options.prefetch_factor;
   r.max_depth = r.adaptive_depth ? kMaxAdaptivePrefetch : options.prefetch_factor;
   r.geometry = ring_geometry(num_workers, r.max_depth, r.recycling, options.max_batch_bytes);
+  if (r.adaptive_depth && r.max_depth > kAdaptivePrefetchFloor) {
+    r.narrow_geometry =
+        ring_geometry(num_workers, kAdaptivePrefetchFloor, r.recycling, options.max_batch_bytes);
+  }
   if (options.pin_memory) {
     r.pinning = options.pin_mode == PinMode::kCopy ? Pinning::kCopy : Pinning::kRegister;
     r.allocator = options.pinned_allocator ? options.pinned_allocator : PinnedAllocator::global();

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "ipc/ring.hpp"
 #include "stoker/options.hpp"
@@ -34,6 +35,10 @@ struct ResolvedOptions {
   std::size_t min_depth = 2;
   std::size_t max_depth = 2;
   RingGeometry geometry;
+  // Adaptive depth only: the ring with kAdaptivePrefetchFloor slots a channel, for when the
+  // address space of `geometry` cannot be mapped (`ulimit -v`, valgrind); the depth then stops
+  // at that floor.
+  std::optional<RingGeometry> narrow_geometry;
   Pinning pinning = Pinning::kNone;
   std::shared_ptr<PinnedAllocator> allocator;  // non-null unless pinning is kNone
 };

@@ -113,8 +113,16 @@ TEST_CASE("memory_estimate() measures the samples and breaks the peak down", "[m
   DataLoader loader(Images{}, opt);
   const MemoryEstimate e = loader.memory_estimate();
   REQUIRE(e.bytes_per_sample == 3 * 224 * 224 + 8);
-  // The adaptive prefetch depth (the default) counts the deepest it may reach.
-  REQUIRE(e.num_slots == 2 * kMaxAdaptivePrefetch);
+  // The adaptive prefetch depth (the default) counts the deepest it may reach: for batches of
+  // 9.6 MB, kAdaptivePrefetchBytes (64 MiB) would allow 6, and the floor is 8.
+  REQUIRE(e.num_slots == 2 * kAdaptivePrefetchFloor);
+  {
+    LoaderOptions sized = opt;
+    sized.sample_bytes = 65536;  // 4 MiB batches: 16 of them in 64 MiB
+    REQUIRE(DataLoader(Images{}, sized).memory_estimate().num_slots == 2 * 16);
+    sized.sample_bytes = 1000;  // 64 KB batches: the most, kMaxAdaptivePrefetch
+    REQUIRE(DataLoader(Images{}, sized).memory_estimate().num_slots == 2 * kMaxAdaptivePrefetch);
+  }
   opt.prefetch_factor = 2;  // a fixed depth counts itself
   DataLoader fixed(Images{}, opt);
   REQUIRE(fixed.memory_estimate().num_slots == 4);

@@ -1,10 +1,17 @@
 // The adaptive prefetch depth through a DataLoader: it deepens for a consumer that computes on
 // the same cores, never past what the memory limit allows, and changes neither the batches nor
 // their order.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdint>
+#include <fstream>
+#include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 
 #include "support/clean_state.hpp"
@@ -120,3 +127,70 @@ TEST_CASE("a tiny memory limit caps the adaptive depth, and the estimate counts 
   REQUIRE(s.prefetch_depth_limit == 3);
   REQUIRE(kept.size() >= 3);
 }
+
+TEST_CASE("small batches may go deeper than large ones, and the ring holds the deepest",
+          "[prefetch_depth]") {
+  // A consumer that keeps every batch grows the depth to its limit: kMaxAdaptivePrefetch for
+  // batches of a few KB (kAdaptivePrefetchBytes allows more), then the next batch cannot come.
+  LoaderOptions opt;
+  opt.batch_size = 4;
+  opt.num_workers = 1;
+  opt.timeout = std::chrono::milliseconds(300);
+  DataLoader loader(test::IndexDataset{400, {}}, opt);
+  std::vector<Batch> kept;
+  try {
+    for (const Batch& b : loader) kept.push_back(b);
+    FAIL("every batch was delivered while all were kept");
+  } catch (const HeldBatchesTimeout& e) {
+    REQUIRE_THAT(std::string(e.what()),
+                 Catch::Contains(fmt::format("at its limit of {}", kMaxAdaptivePrefetch)));
+  }
+  REQUIRE(loader.stats().prefetch_depth_limit == kMaxAdaptivePrefetch);
+  REQUIRE(kept.size() == kMaxAdaptivePrefetch);
+}
+
+#if !defined(__SANITIZE_ADDRESS__)  // ASan's shadow memory needs an unlimited address space
+TEST_CASE("under an address-space limit the ring falls back to kAdaptivePrefetchFloor slots",
+          "[prefetch_depth]") {
+  // With 2 workers the adaptive ring reserves 2 x 32 slots of max_batch_bytes (1 GiB): 64 GiB.
+  // Under a limit of what the process maps now plus 40 GiB that cannot be mapped, the 16 GiB
+  // of 8 slots can; the loader then works with the depth held to 8.
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    std::ifstream status("/proc/self/status");
+    std::uint64_t vm_kib = 0;
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("VmSize:", 0) == 0) vm_kib = std::stoull(line.substr(7));
+    }
+    const rlimit limit{(vm_kib << 10) + (std::uint64_t{40} << 30), RLIM_INFINITY};
+    if (vm_kib == 0 || ::setrlimit(RLIMIT_AS, &limit) != 0) ::_exit(10);
+    try {
+      LoaderOptions opt;
+      opt.batch_size = 4;
+      opt.num_workers = 2;
+      opt.timeout = std::chrono::milliseconds(300);
+      DataLoader loader(test::IndexDataset{400, {}}, opt);
+      std::size_t samples = 0;
+      for (const Batch& b : loader) samples += b.size();
+      if (samples != 400) ::_exit(11);
+      if (loader.stats().prefetch_depth_limit != kAdaptivePrefetchFloor) ::_exit(12);
+      // Held batches: the depth grows to the floor and no further.
+      std::vector<Batch> kept;
+      try {
+        for (const Batch& b : loader) kept.push_back(b);
+        ::_exit(13);
+      } catch (const HeldBatchesTimeout&) {
+      }
+      if (kept.size() != 2 * kAdaptivePrefetchFloor) ::_exit(14);
+    } catch (...) {
+      ::_exit(15);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+}
+#endif

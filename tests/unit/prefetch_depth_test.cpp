@@ -38,17 +38,19 @@ TEST_CASE("PrefetchDepth: a fixed depth never moves", "[prefetch_depth]") {
 TEST_CASE("PrefetchDepth: waits with blocked workers raise it, up to the limit",
           "[prefetch_depth]") {
   PrefetchDepth d;
-  d.configure(true, 2, 5);
+  d.configure(true, 2, 12);
   std::uint64_t now = 1;
   std::uint64_t blocked = 0;
   d.on_delivery(0, 0, 2, now);  // opens the first window
   feed(d, 1, 0.10, 0.20, now, blocked);
-  CHECK(d.depth() == 3);
-  feed(d, 2, 0.10, 0.20, now, blocked);
-  CHECK(d.depth() == 5);
+  CHECK(d.depth() == 4);  // doubled
+  feed(d, 1, 0.10, 0.20, now, blocked);
+  CHECK(d.depth() == 8);
+  feed(d, 1, 0.10, 0.20, now, blocked);
+  CHECK(d.depth() == 12);  // the limit, not 16
   CHECK_FALSE(d.at_limit());
   feed(d, 1, 0.10, 0.20, now, blocked);
-  CHECK(d.depth() == 5);  // the limit
+  CHECK(d.depth() == 12);
   CHECK(d.at_limit());
 }
 
@@ -72,12 +74,12 @@ TEST_CASE("PrefetchDepth: a long calm with idle workers lowers it back, not belo
   std::uint64_t now = 1;
   std::uint64_t blocked = 0;
   d.on_delivery(0, 0, 2, now);
-  feed(d, 3, 0.10, 0.20, now, blocked);
-  REQUIRE(d.depth() == 5);
+  feed(d, 2, 0.10, 0.20, now, blocked);
+  REQUIRE(d.depth() == 8);
   feed(d, PrefetchDepth::kCalmWindows - 1, 0.0, 0.9, now, blocked);
-  CHECK(d.depth() == 5);
+  CHECK(d.depth() == 8);
   feed(d, 1, 0.0, 0.9, now, blocked);
-  CHECK(d.depth() == 4);
+  CHECK(d.depth() == 7);  // back by one
   feed(d, 40, 0.0, 0.9, now, blocked);
   CHECK(d.depth() == 2);
 }
