@@ -43,7 +43,7 @@ void PrefetchDepth::on_delivery(std::uint64_t waited_ns, std::uint64_t blocked_t
   if (wait >= kRaiseWait && blocked >= kRaiseBlocked) {
     calm_windows_ = 0;
     if (depth_ < limit_) {
-      depth_ = std::min(depth_ * 2, limit_);  // 2, 4, 8, 16: the deep end in a few windows
+      depth_ = std::min(depth_ * 2, limit_);  // 2, 4, 8, 16, 32: the deep end in a few windows
     } else {
       at_limit_ = true;
     }

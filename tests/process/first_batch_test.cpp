@@ -318,8 +318,11 @@ TEST_CASE("a caller held to one CPU keeps its workers there, first task included
           "[first_batch]") {
   const std::vector<int> mine = cpus_allowed_here();
   REQUIRE_FALSE(mine.empty());
-  cpu_set_t saved;
-  REQUIRE(::sched_getaffinity(0, sizeof saved, &saved) == 0);
+  struct Restore {  // the test thread's CPUs come back even when a check below fails
+    cpu_set_t saved;
+    ~Restore() { ::sched_setaffinity(0, sizeof saved, &saved); }
+  } restore{};
+  REQUIRE(::sched_getaffinity(0, sizeof restore.saved, &restore.saved) == 0);
   cpu_set_t one;
   CPU_ZERO(&one);
   CPU_SET(static_cast<std::size_t>(mine.back()), &one);
@@ -334,7 +337,6 @@ TEST_CASE("a caller held to one CPU keeps its workers there, first task included
     DataLoader loader(Placed{48, &seen}, opt);
     for (const Batch& b : loader) samples += b.size();
   }
-  REQUIRE(::sched_setaffinity(0, sizeof saved, &saved) == 0);
   REQUIRE(samples == 48);
   for (std::size_t i = 0; i < 48; ++i) {
     CAPTURE(i);
