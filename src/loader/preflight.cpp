@@ -115,6 +115,7 @@ MemoryEstimate Preflight::estimate(std::size_t workers, std::size_t batch, std::
   in.streaming =
       !options_.collate && options_.on_sample_error != OnSampleError::kSkip && !iterable_;
   in.cache_bytes = probe_.cache_bytes;
+  in.download_bytes_per_process = probe_.download_bytes;
   in.worker_base_bytes = measured_worker_base_;
   in.worker_startup_bytes = measured_worker_startup_;
   in.recycling = options_.max_batches_per_worker > 0;

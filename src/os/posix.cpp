@@ -2,8 +2,10 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <sys/eventfd.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -18,6 +20,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -234,6 +237,80 @@ off_t file_size(int fd) noexcept {
 }
 
 bool stat_path(const char* path, struct ::stat& out) noexcept { return ::stat(path, &out) == 0; }
+
+int open_file(const char* path, int flags, mode_t mode) noexcept {
+  int fd;
+  do {
+    fd = ::open(path, flags | O_CLOEXEC, mode);
+  } while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
+int create_file(const char* path, bool exclusive) noexcept {
+  return open_file(path, O_WRONLY | O_CREAT | (exclusive ? O_EXCL : O_TRUNC), 0644);
+}
+
+int pwrite_all(int fd, const void* data, std::size_t length, off_t offset) noexcept {
+  if (injected(Call::kPwrite)) return -1;
+  std::size_t done = 0;
+  while (done < length) {
+    const ssize_t n = ::pwrite(fd, static_cast<const char*>(data) + done, length - done,
+                               offset + static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;
+    done += static_cast<std::size_t>(n);
+  }
+  return 0;
+}
+
+int lock_file(int fd, int operation) noexcept {
+  int rc;
+  do {
+    rc = ::flock(fd, operation);
+  } while (rc < 0 && errno == EINTR);
+  return rc;
+}
+
+int rename_file(const char* from, const char* to) noexcept {
+  if (injected(Call::kRename)) return -1;
+  return ::rename(from, to);
+}
+
+int remove_file(const char* path) noexcept { return ::unlink(path); }
+
+int make_directories(const char* path, mode_t mode) noexcept {
+  std::string p(path);
+  for (std::size_t i = 1; i <= p.size(); ++i) {
+    if (i < p.size() && p[i] != '/') continue;
+    const std::string prefix = p.substr(0, i);
+    if (::mkdir(prefix.c_str(), mode) != 0 && errno != EEXIST) return -1;
+  }
+  struct ::stat st;
+  if (::stat(path, &st) != 0) return -1;
+  if (!S_ISDIR(st.st_mode)) {
+    errno = ENOTDIR;
+    return -1;
+  }
+  return 0;
+}
+
+int sync_file_data(int fd) noexcept { return ::fdatasync(fd); }
+
+int touch_file(int fd) noexcept {
+  const timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
+  return ::futimens(fd, times);
+}
+
+bool stat_fd(int fd, struct ::stat& out) noexcept { return ::fstat(fd, &out) == 0; }
+
+void futex_wait(const std::uint32_t* word, std::uint32_t expected, int timeout_ms) noexcept {
+  timespec timeout{timeout_ms / 1000, static_cast<long>(timeout_ms % 1000) * 1000000L};
+  ::syscall(SYS_futex, word, FUTEX_WAIT, expected, &timeout, nullptr, 0);
+}
+
+void futex_wake_all(const std::uint32_t* word) noexcept {
+  ::syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
 
 std::optional<ResourceLimit> resource_limit(int resource) noexcept {
   rlimit lim{};

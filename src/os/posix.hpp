@@ -52,6 +52,8 @@ enum class Call : int {
   kEventfd,
   kPidfdOpen,
   kPipe,
+  kPwrite,  // pwrite_all: the shard cache's downloads (ENOSPC)
+  kRename,  // rename_file: the cache's atomic publish
   kCount,
 };
 // Tests only: the next `times` calls of `call` fail with `err` without reaching the kernel.
@@ -135,6 +137,28 @@ int unbind_cpus() noexcept;
 
 pid_t self_pid() noexcept;
 pid_t parent_pid() noexcept;
+
+// Files that are created, replaced and locked (the remote shard cache, uploads' local copies).
+// open(path, flags | O_CLOEXEC, mode); -1 and errno on failure.
+int open_file(const char* path, int flags, mode_t mode = 0644) noexcept;
+// Creates (or truncates) `path` for writing; with `exclusive`, fails with EEXIST when it exists.
+int create_file(const char* path, bool exclusive) noexcept;
+// pwrite() all of `length` at `offset`, retrying EINTR and short writes; 0, or -1 and errno.
+int pwrite_all(int fd, const void* data, std::size_t length, off_t offset) noexcept;
+// flock(fd, operation) (LOCK_SH, LOCK_EX, LOCK_UN, | LOCK_NB), retrying EINTR; 0 or -1.
+int lock_file(int fd, int operation) noexcept;
+int rename_file(const char* from, const char* to) noexcept;
+int remove_file(const char* path) noexcept;  // unlink()
+// mkdir -p: each missing directory of `path` (an existing one is fine); 0 or -1 and errno.
+int make_directories(const char* path, mode_t mode = 0755) noexcept;
+int sync_file_data(int fd) noexcept;  // fdatasync()
+int touch_file(int fd) noexcept;      // futimens(): the access time to now (mtime kept)
+bool stat_fd(int fd, struct ::stat& out) noexcept;
+// A futex on a 32-bit word that may lie in memory shared by processes (a MAP_SHARED file):
+// wait while *word == expected, at most timeout_ms (EINTR and spurious wake-ups return too);
+// wake every waiter.
+void futex_wait(const std::uint32_t* word, std::uint32_t expected, int timeout_ms) noexcept;
+void futex_wake_all(const std::uint32_t* word) noexcept;
 
 // The names in a directory, without "." and ".."; empty when it cannot be read.
 std::vector<std::string> list_directory(const char* path);

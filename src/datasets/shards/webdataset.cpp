@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "datasets/remote/shard_access.hpp"
 #include "datasets/shards/byte_source.hpp"
 #include "datasets/shards/index_cache.hpp"
 #include "datasets/shards/shard_files.hpp"
@@ -51,10 +52,11 @@ class WebDatasetFormat;
 // offset, other shards are read from their start and the records before `first` skipped.
 class TarCursor final : public RecordCursor {
  public:
-  TarCursor(std::size_t shard, const WdsShard& s, std::uint64_t first, const FieldPlan& plan)
+  TarCursor(std::size_t shard, const WdsShard& s, std::uint64_t first, const FieldPlan& plan,
+            ShardFiles& files)
       : shard_(shard),
         start_(s.seekable && first < s.index->records.size() ? s.index->records[first].offset : 0),
-        source_(open_stream_source(s.name, start_, kWho)),
+        source_(files.open_stream(shard, s.name, start_, kWho)),
         reader_(*source_, start_, &wants_field, &plan),
         ordinal_(start_ != 0 ? first : 0),
         name_(s.name) {
@@ -100,8 +102,10 @@ class TarCursor final : public RecordCursor {
 
 class WebDatasetFormat final : public ShardListFormat<WdsShard> {
  public:
-  explicit WebDatasetFormat(std::vector<WdsShard> shards)
-      : ShardListFormat(std::move(shards), [](const TarIndex& ix) { return ix.damages.size(); }) {}
+  WebDatasetFormat(std::vector<WdsShard> shards, std::shared_ptr<RemoteSource> remote)
+      : ShardListFormat(
+            std::move(shards), [](const TarIndex& ix) { return ix.damages.size(); },
+            std::move(remote)) {}
 
   std::string_view format_name() const noexcept override { return kWho; }
 
@@ -137,29 +141,29 @@ class WebDatasetFormat final : public ShardListFormat<WdsShard> {
   }
 
   std::unique_ptr<RecordCursor> open(std::size_t shard, std::uint64_t first, const FieldPlan& plan,
-                                     ShardFiles&) const override {
-    return std::make_unique<TarCursor>(shard, shards_[shard], first, plan);
+                                     ShardFiles& files) const override {
+    return std::make_unique<TarCursor>(shard, shards_[shard], first, plan, files);
   }
 };
 
-std::shared_ptr<const TarIndex> index_stream(const std::string& name) {
-  auto source = open_stream_source(name, 0, kWho);
+std::shared_ptr<const TarIndex> index_stream(const ShardAccess& access, const std::string& name) {
+  auto source = access.open(name, 0, kWho);
   return std::make_shared<const TarIndex>(build_tar_index(*source));
 }
 
-// The cached index of a file shard, or a new one (saved when it can be).
-std::shared_ptr<const TarIndex> load_or_build(const std::string& name, const ShardOptions& options,
-                                              bool plain) {
-  const ShardStat stat = stat_shard(name, kWho);
-  const std::string idx = index_path(name, options.index_dir);
+// The cached index of a file shard (a remote one's: in the cache, or beside it on the server),
+// or a new one (saved when it can be).
+std::shared_ptr<const TarIndex> load_or_build(const ShardAccess& access, const std::string& name,
+                                              const ShardOptions& options, bool plain) {
+  const ShardStat stat = access.stat(name, kWho);
   const std::uint64_t bound = plain ? stat.size : std::numeric_limits<std::uint64_t>::max();
-  if (auto payload = load_index(idx, kTarIndexMagic, kTarIndexVersion, stat)) {
+  if (auto payload = access.load_index(name, "", kTarIndexMagic, kTarIndexVersion, stat)) {
     if (auto index = parse_tar_index(*payload, bound)) {
       return std::make_shared<const TarIndex>(std::move(*index));
     }
-    logger().debug("shard index {} is malformed: rebuilding it", idx);
+    logger().debug("shard index of {} is malformed: rebuilding it", name);
   }
-  std::shared_ptr<const TarIndex> index = index_stream(name);
+  std::shared_ptr<const TarIndex> index = index_stream(access, name);
   if (plain && !index->records.empty() && index->records.size() == index->damages.size() &&
       index->records.front().offset == 0 &&
       index->damages.front().problem != TarProblem::kTruncated) {
@@ -170,16 +174,18 @@ std::shared_ptr<const TarIndex> load_or_build(const std::string& name, const Sha
         index->damages.front().detail));
   }
   if (options.write_index) {
-    save_index(idx, kTarIndexMagic, kTarIndexVersion, stat, serialize_tar_index(*index));
+    access.save_index(name, "", kTarIndexMagic, kTarIndexVersion, stat,
+                      serialize_tar_index(*index));
   }
   return index;
 }
 
-WdsShard plain_shard(const std::string& name, const ShardOptions& options) {
+WdsShard plain_shard(const ShardAccess& access, const std::string& name,
+                     const ShardOptions& options) {
   WdsShard s;
   s.name = name;
   s.seekable = true;
-  s.index = load_or_build(name, options, true);
+  s.index = load_or_build(access, name, options, true);
   s.records = s.index->records.size();
   return s;
 }
@@ -189,6 +195,7 @@ std::shared_ptr<const ShardFormat> make_map_format(const std::vector<std::string
   if (shards.empty()) {
     throw std::invalid_argument("WebDatasetShards: no shards given; pass one or more .tar files");
   }
+  const ShardAccess access(RemoteSource::for_names(shards, options.remote), options, shards);
   std::vector<WdsShard> out;
   out.reserve(shards.size());
   for (const std::string& name : shards) {
@@ -198,9 +205,9 @@ std::shared_ptr<const ShardFormat> make_map_format(const std::vector<std::string
           "WebDatasetShards::stream(), or decompress it to a .tar file",
           name, is_pipe_shard(name) ? "a pipe" : "compressed"));
     }
-    out.push_back(plain_shard(name, options));
+    out.push_back(plain_shard(access, name, options));
   }
-  return std::make_shared<const WebDatasetFormat>(std::move(out));
+  return std::make_shared<const WebDatasetFormat>(std::move(out), access.remote());
 }
 
 }  // namespace
@@ -221,12 +228,13 @@ ShardedStream WebDatasetShards::stream(std::vector<std::string> shards,
         "StreamOptions::sample_counts: {} counts for {} shards; give one per shard, or none",
         counts.size(), shards.size()));
   }
+  const ShardAccess access(RemoteSource::for_names(shards, options.remote), options, shards);
   std::vector<WdsShard> out;
   out.reserve(shards.size());
   for (std::size_t i = 0; i < shards.size(); ++i) {
     const std::string& name = shards[i];
     if (!is_pipe_shard(name) && !is_compressed_shard(name)) {
-      out.push_back(plain_shard(name, options));
+      out.push_back(plain_shard(access, name, options));
       continue;
     }
     WdsShard s;
@@ -234,15 +242,15 @@ ShardedStream WebDatasetShards::stream(std::vector<std::string> shards,
     if (!counts.empty()) {
       s.records = counts[i];
     } else if (is_pipe_shard(name)) {
-      s.records = index_stream(name)->records.size();  // runs the command once to count
+      s.records = index_stream(access, name)->records.size();  // runs the command once to count
     } else {
-      s.index = load_or_build(name, options, false);
+      s.index = load_or_build(access, name, options, false);
       s.records = s.index->records.size();
     }
     out.push_back(std::move(s));
   }
-  return ShardedStream(std::make_shared<const WebDatasetFormat>(std::move(out)), options,
-                       std::move(stream_options));
+  return ShardedStream(std::make_shared<const WebDatasetFormat>(std::move(out), access.remote()),
+                       options, std::move(stream_options));
 }
 
 }  // namespace stoker
