@@ -297,7 +297,7 @@ int make_directories(const char* path, mode_t mode) noexcept {
 int sync_file_data(int fd) noexcept { return ::fdatasync(fd); }
 
 int touch_file(int fd) noexcept {
-  const timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
+  const timespec times[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
   return ::futimens(fd, times);
 }
 

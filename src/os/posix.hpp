@@ -152,7 +152,7 @@ int remove_file(const char* path) noexcept;  // unlink()
 // mkdir -p: each missing directory of `path` (an existing one is fine); 0 or -1 and errno.
 int make_directories(const char* path, mode_t mode = 0755) noexcept;
 int sync_file_data(int fd) noexcept;  // fdatasync()
-int touch_file(int fd) noexcept;      // futimens(): the access time to now (mtime kept)
+int touch_file(int fd) noexcept;      // futimens(): the modification time to now
 bool stat_fd(int fd, struct ::stat& out) noexcept;
 // A futex on a 32-bit word that may lie in memory shared by processes (a MAP_SHARED file):
 // wait while *word == expected, at most timeout_ms (EINTR and spurious wake-ups return too);

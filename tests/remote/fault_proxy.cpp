@@ -1,8 +1,8 @@
 // fault_proxy: a TCP proxy on 127.0.0.1 for the remote tests and bench/remote. It forwards every
 // connection to --upstream, delays each byte by half of --latency-ms in each direction (a round
 // trip of --latency-ms, without limiting throughput: bytes are queued, not slept on), and
-// injects one kind of fault into the first --times connections (0: all) whose request contains
-// --match:
+// injects one kind of fault into the first --times connections (0: all) whose first request
+// contains --match (and, with --method, starts with that method):
 //   reset     server-to-client bytes stop after --after bytes and the client gets a TCP RST
 //   stall     ... stop after --after bytes and the connection stays open, silent
 //   truncate  ... stop after --after bytes and the connection is closed cleanly (a cut body)
@@ -44,6 +44,7 @@ struct Options {
   std::uint64_t after = 0;
   int times = 0;
   std::string match;
+  std::string method;  // "GET": only connections whose first request is a GET
   int status = 503;
   std::string code = "SlowDown";
 };
@@ -140,6 +141,8 @@ Options parse(int argc, char** argv) {
       o.times = std::atoi(value.c_str());
     } else if (key == "--match") {
       o.match = value;
+    } else if (key == "--method") {
+      o.method = value + " ";
     } else if (key == "--status") {
       o.status = std::atoi(value.c_str());
     } else if (key == "--code") {
@@ -153,7 +156,7 @@ Options parse(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: fault_proxy --upstream host:port [--latency-ms N] [--fault "
                  "reset|stall|truncate|respond] [--after BYTES] [--times K] [--match "
-                 "TEXT] [--status N] [--code CODE]\n");
+                 "TEXT] [--method NAME] [--status N] [--code CODE]\n");
     std::exit(2);
   }
   return o;
@@ -265,7 +268,8 @@ int main(int argc, char** argv) {
             c.head += bytes;
             const bool head_complete = c.head.find("\r\n\r\n") != std::string::npos;
             if (!head_complete && c.head.size() < 65536) continue;  // held until it is whole
-            const bool matches = o.match.empty() || c.head.find(o.match) != std::string::npos;
+            const bool matches = (o.match.empty() || c.head.find(o.match) != std::string::npos) &&
+                                 c.head.rfind(o.method, 0) == 0;
             c.decided = true;
             c.faulty = o.fault != Fault::kNone && matches && (o.times == 0 || faults < o.times);
             if (c.faulty) {

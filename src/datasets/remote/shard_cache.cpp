@@ -206,7 +206,7 @@ struct ShardCache::Scan {
   struct Complete {
     std::string path;
     std::uint64_t bytes = 0;
-    std::int64_t used_ns = 0;  // last access
+    std::int64_t used_ns = 0;  // last use: the entry's mtime (a hit touches it)
   };
   std::vector<Complete> complete;  // entries with a meta file
   std::uint64_t complete_bytes = 0;
@@ -435,7 +435,9 @@ std::shared_ptr<CacheHold> ShardCache::try_complete(const RemoteFile& file, cons
       write_whole(path + std::string(kMeta),
                   meta + fmt::format("verified {}\n", file.verify_token));
     }
-    posix::touch_file(fd.get());  // least recently used (by access time): a hit is a use
+    // Least recently used is by modification time (not atime, which relatime and noatime mounts
+    // keep loosely): a hit is a use.
+    posix::touch_file(fd.get());
     auto hold = std::shared_ptr<CacheHold>(new CacheHold());
     hold->cache_ = shared_from_this();
     hold->file_ = file;

@@ -34,7 +34,8 @@ int ShardFiles::fd(std::size_t shard, const std::string& path) {
   const auto found = open_.find(shard);
   if (found != open_.end()) {
     lru_.splice(lru_.begin(), lru_, found->second.lru);
-    return found->second.fd.get();
+    // A remote shard's descriptor is its cache hold's (Open::fd stays empty).
+    return found->second.hold != nullptr ? found->second.hold->fd() : found->second.fd.get();
   }
   if (open_.size() >= max_open_) {
     const std::size_t victim = lru_.back();
@@ -44,9 +45,10 @@ int ShardFiles::fd(std::size_t shard, const std::string& path) {
   }
   if (net::is_remote(path)) {
     if (remote_ == nullptr) {
-      throw Error(fmt::format("cannot open shard {}: a URL, but this reader has no remote "
-                              "options; this is a bug in stoker",
-                              path));
+      throw Error(
+          fmt::format("cannot open shard {}: a URL, but this reader has no remote "
+                      "options; this is a bug in stoker",
+                      path));
     }
     // While this waits for room in the cache, the shards open here are let go of: they may be
     // what holds it.
