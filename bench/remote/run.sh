@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Remote shards against local ones (docs/remote.md, "Benchmark"): generates the image folder of
-# bench/compare (2,600 JPEGs by default: four 64 MiB shards), packs it into WebDataset tar
+# bench/compare (2,600 JPEGs by default, about 105 MiB: two shards), packs it into WebDataset tar
 # shards with stoker-shard, starts the test servers on 127.0.0.1 (tests/remote/servers.sh:
 # nginx, and s3rver from scripts/npm_deps.sh), runs remote_bench (local files; stoker from S3
 # and HTTP at 0, 20 and 100 ms round trips through tests/remote/fault_proxy; one GET per

@@ -326,6 +326,18 @@ ShardCache::Scan ShardCache::scan(bool clean_stale, const std::string& own_lock)
   return out;
 }
 
+bool ShardCache::settle(std::chrono::milliseconds limit) {
+  const auto deadline = Clock::now() + limit;
+  for (;;) {
+    {
+      std::lock_guard lock(mutex_);
+      if (downloads_.empty()) return true;
+    }
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
 std::pair<std::size_t, std::uint64_t> ShardCache::usage() const {
   const Scan s = scan(false, {});
   return {s.complete.size(), s.complete_bytes};

@@ -167,6 +167,12 @@ class ShardCache : public std::enable_shared_from_this<ShardCache> {
   std::string entry_path(const std::string& url) const;
   // Complete entries the cache made, and their bytes (a scan of the directory).
   std::pair<std::size_t, std::uint64_t> usage() const;
+  // Waits until the downloads this process runs have ended (complete or failed), at most
+  // `limit`; true when none is left. A stream reader calls it when its share of the epoch is
+  // read: its readers may have read every byte of a download before the last part's transfer
+  // ended, and a worker that exits then would leave the download unpublished (its .part is
+  // removed and the shard downloaded again by the next reader).
+  bool settle(std::chrono::milliseconds limit);
 
   ShardCache(RemoteOptions options, std::string dir);
   ~ShardCache();

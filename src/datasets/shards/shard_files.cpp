@@ -107,6 +107,12 @@ void ShardFiles::read_ahead(std::span<const std::pair<std::size_t, std::string>>
   ahead_ = std::move(kept);  // holds not kept are let go of here
 }
 
+void ShardFiles::settle_downloads() {
+  if (remote_ == nullptr) return;
+  ahead_.clear();
+  ShardCache::process(remote_->options())->settle(remote_->options().timeouts.low_speed_time);
+}
+
 std::span<const std::byte> ShardFiles::read(std::size_t shard, const std::string& path,
                                             std::uint64_t offset, std::size_t size) {
   // INV-WINDOW: window_ holds bytes [window_begin_, window_begin_ + window_bytes_) of

@@ -57,6 +57,10 @@ class ShardFiles {
   // as far as RemoteOptions::read_ahead_shards / read_ahead_bytes and the cache's room allow,
   // starting their downloads; lets go of earlier read-ahead holds not among them.
   void read_ahead(std::span<const std::pair<std::size_t, std::string>> next);
+  // Streaming, remote shards, at the end of the stream's share: lets go of the read-ahead
+  // holds and waits (at most timeouts.low_speed_time) for this process's downloads to be
+  // published (ShardCache::settle).
+  void settle_downloads();
   const RemoteSource* remote() const noexcept { return remote_; }
 
   std::size_t open_count() const noexcept { return open_.size(); }

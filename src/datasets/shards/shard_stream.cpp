@@ -9,10 +9,10 @@
 
 #include <fmt/format.h>
 
+#include "data/random_state.hpp"
 #include "datasets/remote/remote_source.hpp"
 #include "datasets/shards/shard_files.hpp"
 #include "datasets/shards/shard_format.hpp"
-#include "data/random_state.hpp"
 #include "stoker/errors.hpp"
 #include "stoker/random.hpp"
 #include "stoker/shards.hpp"
@@ -266,7 +266,8 @@ ShardedDataset::ShardedDataset(std::shared_ptr<const detail::ShardFormat> format
       plan_(std::make_shared<const detail::FieldPlan>(options)),
       first_index_(detail::first_indexes(*format_)),
       max_open_shards_(options.max_open_shards),
-      reader_(std::make_unique<detail::MapReaderState>(options.max_open_shards, format_->remote())) {
+      reader_(
+          std::make_unique<detail::MapReaderState>(options.max_open_shards, format_->remote())) {
   if (!format_->random_access()) {
     throw std::invalid_argument(
         fmt::format("{}: these shards cannot be read at random (compressed, or pipes); stream them",
@@ -280,7 +281,7 @@ ShardedDataset::ShardedDataset(const ShardedDataset& other)
       first_index_(other.first_index_),
       max_open_shards_(other.max_open_shards_),
       reader_(std::make_unique<detail::MapReaderState>(other.max_open_shards_,
-                                                      other.format_->remote())) {}
+                                                       other.format_->remote())) {}
 
 ShardedDataset& ShardedDataset::operator=(const ShardedDataset& other) {
   if (this != &other) *this = ShardedDataset(other);
@@ -374,7 +375,7 @@ ShardedStream::ShardedStream(const ShardedStream& other)
       options_(other.options_),
       pending_state_(other.pending_state_),
       reader_(std::make_unique<detail::StreamReaderState>(other.max_open_shards_,
-                                                         other.format_->remote())) {}
+                                                          other.format_->remote())) {}
 
 ShardedStream& ShardedStream::operator=(const ShardedStream& other) {
   if (this != &other) *this = ShardedStream(other);
@@ -577,6 +578,9 @@ std::optional<Sample> ShardedStream::next() {
   detail::RawRecord record = detail::take_spare(st);
   if (!detail::draw(*format_, *plan_, capacity, st, record)) {
     st.spares.push_back(std::move(record));
+    // Remote shards: a worker may exit once its share is read; its downloads are published
+    // first, so the next epoch finds them in the cache.
+    if (format_->remote() != nullptr) st.files.settle_downloads();
     return std::nullopt;
   }
   struct Recycle {
