@@ -87,7 +87,7 @@ class Subset {
     if (i >= indices_.size()) detail::throw_index_out_of_range("Subset::get", i, indices_.size());
     return Sample(dataset_->get(indices_[i]));
   }
-  CacheStats cache_stats() const requires detail::HasCacheStats<D> {
+  CacheStats cache_stats() const requires CacheReporting<D> {
     return dataset_->cache_stats();
   }
   const std::vector<std::size_t>& indices() const noexcept { return indices_; }
@@ -304,7 +304,7 @@ class TransformDataset {
   void start_epoch(std::uint64_t epoch) requires RestartableDataset<D> {
     dataset_->start_epoch(epoch);
   }
-  CacheStats cache_stats() const requires detail::HasCacheStats<D> {
+  CacheStats cache_stats() const requires CacheReporting<D> {
     return dataset_->cache_stats();
   }
   D& dataset() noexcept { return *dataset_; }

@@ -22,7 +22,7 @@
 #include "data/buffer_cache.hpp"
 #include "data/error_text.hpp"
 #include "ipc/slot_writer.hpp"
-#include "ipc/spin.hpp"
+#include "data/spin.hpp"
 #include "os/proc.hpp"
 #include "stoker/errors.hpp"
 
