@@ -14,9 +14,11 @@ constexpr std::uint64_t kMs = 1'000'000;
 // `blocked_total` carries over.
 void feed(PrefetchDepth& d, int windows, double wait, double blocked, std::uint64_t& now,
           std::uint64_t& blocked_total, int batches = 10) {
-  const std::uint64_t step = 100 * kMs / static_cast<std::uint64_t>(batches);
+  const auto n = static_cast<std::uint64_t>(batches);
   for (int w = 0; w < windows; ++w) {
-    for (int i = 0; i < batches; ++i) {
+    const std::uint64_t start = now;  // the last delivery lands exactly 100 ms on
+    for (std::uint64_t i = 1; i <= n; ++i) {
+      const std::uint64_t step = start + i * 100 * kMs / n - now;
       now += step;
       blocked_total += static_cast<std::uint64_t>(blocked * 2 * static_cast<double>(step));
       d.on_delivery(static_cast<std::uint64_t>(wait * static_cast<double>(step)), blocked_total,
