@@ -203,8 +203,8 @@ void SlotWriter::fail_with_current_exception() noexcept {
 }
 
 LoadOutcome load_batch(const Ring& ring, SlotMemory& memory, std::size_t s, Channel* channel,
-                       int main_eventfd, const ProduceFn& produce, bool skip_samples, bool time_stages,
-                       std::exception_ptr* error) noexcept {
+                       int main_eventfd, const ProduceFn& produce, bool skip_samples,
+                       bool time_stages, std::exception_ptr* error) noexcept {
   SlotHeader& header = ring.header(s);
   header.status = SlotStatus::kEmpty;
   header.exhausted = 0;  // read with an error too: never left over from the slot's last batch

@@ -93,8 +93,8 @@ enum class LoadOutcome { kOk, kError, kCancelled };
 // inside get() and the collate) in the header. When `error` is given, a failure's exception is
 // stored there too (the main process nests it in the WorkerException). Never throws.
 LoadOutcome load_batch(const Ring& ring, SlotMemory& memory, std::size_t s, Channel* channel,
-                       int main_eventfd, const ProduceFn& produce, bool skip_samples, bool time_stages,
-                       std::exception_ptr* error) noexcept;
+                       int main_eventfd, const ProduceFn& produce, bool skip_samples,
+                       bool time_stages, std::exception_ptr* error) noexcept;
 
 // Which batches a loading process times stage by stage: every one that is slow enough for a
 // few clock reads per sample not to matter, and one in kEvery otherwise (the per-stage split

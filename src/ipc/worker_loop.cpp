@@ -13,8 +13,8 @@
 
 #include "data/buffer_cache.hpp"
 #include "data/error_text.hpp"
-#include "ipc/slot_writer.hpp"
 #include "data/spin.hpp"
+#include "ipc/slot_writer.hpp"
 #include "ipc/worker_process.hpp"
 #include "os/assert.hpp"
 #include "os/posix.hpp"

@@ -127,7 +127,11 @@ void LoaderCore::Impl::check_late_first_samples() {
   for (std::size_t c = 0; c < gated.size(); ++c) {
     if (gated[c] != 0) take_first_report(c);
   }
-  if (!first_samples.fresh) return;
+  check_reported_first_samples();
+}
+
+bool LoaderCore::Impl::check_reported_first_samples() {
+  if (!first_samples.fresh) return false;
   first_samples.fresh = false;
   try {
     preflight.check_first_batch(first_samples.bytes, first_samples.base);
@@ -135,7 +139,8 @@ void LoaderCore::Impl::check_late_first_samples() {
     fail_epoch();
     throw;
   }
-  depth.set_limit(preflight.depth_limit());
+  depth.set_limit(preflight.depth_limit());  // the check has chosen it
+  return true;
 }
 
 void LoaderCore::Impl::await_first_batch() {
@@ -149,16 +154,8 @@ void LoaderCore::Impl::await_first_batch() {
       if (gated[c] != 0) take_first_report(c);
       pending = pending || gated[c] != 0;
     }
-    if (first_samples.fresh) {
-      first_samples.fresh = false;
-      try {
-        preflight.check_first_batch(first_samples.bytes, first_samples.base);
-      } catch (...) {
-        fail_epoch();
-        throw;
-      }
+    if (check_reported_first_samples()) {
       open_first_gates();
-      depth.set_limit(preflight.depth_limit());  // the check has chosen it
       issue();  // the check passed: the workers go on past their first task
       return;
     }

@@ -274,6 +274,10 @@ struct LoaderCore::Impl {
   // The fetch: reports that came after the check passed are checked too (a larger first
   // sample may not fit). Throws what the check throws, after stopping the workers.
   void check_late_first_samples();
+  // Checks the first samples reported since the last call against the memory budget and sets
+  // the depth limit it chose; false when nothing new was reported. Throws MemoryBudgetError
+  // (after failing the epoch) when they do not fit.
+  bool check_reported_first_samples();
 
   // ---- fetching ----
 

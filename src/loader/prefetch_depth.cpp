@@ -39,8 +39,8 @@ void PrefetchDepth::judge_trial(double rate) noexcept {
     refused_depth_ = depth_;
     depth_ = trial_from_;
     ++given_back_;
-    cooldown_ = std::min(kRetryWindows << std::min<std::size_t>(failures_in_a_row_, 5),
-                         kMaxRetryWindows);
+    cooldown_ =
+        std::min(kRetryWindows << std::min<std::size_t>(failures_in_a_row_, 5), kMaxRetryWindows);
     ++failures_in_a_row_;
   }
   trial_from_ = 0;

@@ -92,8 +92,8 @@ int futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
                int timeout_ms) noexcept;
 // Wakes every process sleeping in futex_wait on `word`.
 int futex_wake_all(const std::atomic<std::uint32_t>& word) noexcept;
-int open_pidfd(pid_t pid) noexcept;   // -1 with ENOSYS on old kernels
-int make_pipe(int fds[2]) noexcept;   // close-on-exec
+int open_pidfd(pid_t pid) noexcept;  // -1 with ENOSYS on old kernels
+int make_pipe(int fds[2]) noexcept;  // close-on-exec
 // poll(); an EINTR is reported as 0 ready descriptors so callers recompute their deadline.
 int poll_fds(pollfd* fds, std::size_t count, int timeout_ms) noexcept;
 pid_t wait_pid(pid_t pid, int* status, int options) noexcept;  // retries EINTR

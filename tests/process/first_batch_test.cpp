@@ -407,9 +407,10 @@ TEST_CASE("with in_order = false the first batches come as they are done, a slow
   STOKER_REQUIRE_CLEAN(baseline);
 }
 
-TEST_CASE("a batch larger than memory is MemoryBudgetError from begin(), after one get() a "
-          "worker",
-          "[first_batch][memory]") {
+TEST_CASE(
+    "a batch larger than memory is MemoryBudgetError from begin(), after one get() a "
+    "worker",
+    "[first_batch][memory]") {
   const test::ProcessState baseline = test::process_state();
   // 8 MiB samples; batch_size makes one batch twice the memory available.
   struct Huge {
@@ -442,9 +443,9 @@ TEST_CASE("a batch larger than memory is MemoryBudgetError from begin(), after o
       REQUIRE(*e.suggested_batch_size() < opt.batch_size);
     }
     INFO(message);
-    REQUIRE_THAT(message, Catch::Contains("not enough memory") &&
-                              Catch::Contains("memory_fraction") &&
-                              Catch::Contains("batch_size=") && !Catch::Contains("max_batch_bytes"));
+    REQUIRE_THAT(message,
+                 Catch::Contains("not enough memory") && Catch::Contains("memory_fraction") &&
+                     Catch::Contains("batch_size=") && !Catch::Contains("max_batch_bytes"));
     REQUIRE(calls[0].load() >= 1);
     REQUIRE(calls[0].load() <= 2);  // at most one get() per worker
     REQUIRE(loader.worker_pids().empty());

@@ -21,8 +21,8 @@ void feed(PrefetchDepth& d, int windows, double wait, double blocked, std::uint6
       const std::uint64_t step = start + i * 100 * kMs / n - now;
       now += step;
       blocked_total += static_cast<std::uint64_t>(blocked * 2 * static_cast<double>(step));
-      d.on_delivery(static_cast<std::uint64_t>(wait * static_cast<double>(step)), blocked_total,
-                    2, now);
+      d.on_delivery(static_cast<std::uint64_t>(wait * static_cast<double>(step)), blocked_total, 2,
+                    now);
     }
   }
 }
@@ -35,6 +35,18 @@ void feed_rising(PrefetchDepth& d, int windows, std::uint64_t& now, std::uint64_
     feed(d, 1, 0.10, 0.20, now, blocked_total, batches);
   }
 }
+
+// An adaptive depth from `start` up to `limit`, its clock and its workers' blocked time, with
+// the first window opened.
+struct Adaptive {
+  Adaptive(std::size_t start, std::size_t limit) {
+    d.configure(true, start, limit);
+    d.on_delivery(0, 0, 2, now);
+  }
+  PrefetchDepth d;
+  std::uint64_t now = 1;
+  std::uint64_t blocked = 0;
+};
 
 }  // namespace
 
@@ -49,15 +61,13 @@ TEST_CASE("PrefetchDepth: a fixed depth never moves", "[prefetch_depth]") {
   CHECK_FALSE(d.grow_for_held());
 }
 
-TEST_CASE("PrefetchDepth: waits with blocked workers raise it while the rate rises, up to the "
-          "limit",
-          "[prefetch_depth]") {
-  PrefetchDepth d;
-  d.configure(true, 2, 12);
-  std::uint64_t now = 1;
-  std::uint64_t blocked = 0;
+TEST_CASE(
+    "PrefetchDepth: waits with blocked workers raise it while the rate rises, up to the "
+    "limit",
+    "[prefetch_depth]") {
+  Adaptive a(2, 12);
+  auto& [d, now, blocked] = a;
   int batches = 16;
-  d.on_delivery(0, 0, 2, now);  // opens the first window
   feed(d, 1, 0.10, 0.20, now, blocked, batches);
   CHECK(d.depth() == 4);  // doubled, on trial
   feed_rising(d, 1, now, blocked, batches);
@@ -74,14 +84,12 @@ TEST_CASE("PrefetchDepth: waits with blocked workers raise it while the rate ris
   CHECK(d.trials_given_back() == 0);
 }
 
-TEST_CASE("PrefetchDepth: a doubling that does not raise the rate is given back, and tried "
-          "again later, less and less often",
-          "[prefetch_depth]") {
-  PrefetchDepth d;
-  d.configure(true, 2, 32);
-  std::uint64_t now = 1;
-  std::uint64_t blocked = 0;
-  d.on_delivery(0, 0, 2, now);
+TEST_CASE(
+    "PrefetchDepth: a doubling that does not raise the rate is given back, and tried "
+    "again later, less and less often",
+    "[prefetch_depth]") {
+  Adaptive a(2, 32);
+  auto& [d, now, blocked] = a;
   // Bound elsewhere (memory bandwidth, the workers' CPU): the rate stays at 10 per window.
   feed(d, 1, 0.10, 0.20, now, blocked);
   REQUIRE(d.depth() == 4);
@@ -109,11 +117,8 @@ TEST_CASE("PrefetchDepth: a doubling that does not raise the rate is given back,
 
 TEST_CASE("PrefetchDepth: a rise of less than kMinGain does not keep a doubling",
           "[prefetch_depth]") {
-  PrefetchDepth d;
-  d.configure(true, 2, 8);
-  std::uint64_t now = 1;
-  std::uint64_t blocked = 0;
-  d.on_delivery(0, 0, 2, now);
+  Adaptive a(2, 8);
+  auto& [d, now, blocked] = a;
   feed(d, 1, 0.10, 0.20, now, blocked, 100);
   REQUIRE(d.depth() == 4);
   feed(d, 1, 0.10, 0.20, now, blocked, 103);  // +3%
@@ -126,11 +131,8 @@ TEST_CASE("PrefetchDepth: a rise of less than kMinGain does not keep a doubling"
 
 TEST_CASE("PrefetchDepth: waits alone (workers busy) or blocked workers alone change nothing",
           "[prefetch_depth]") {
-  PrefetchDepth d;
-  d.configure(true, 2, 8);
-  std::uint64_t now = 1;
-  std::uint64_t blocked = 0;
-  d.on_delivery(0, 0, 2, now);
+  Adaptive a(2, 8);
+  auto& [d, now, blocked] = a;
   feed(d, 3, 0.5, 0.0, now, blocked);  // data-bound with busy workers: more depth cannot help
   CHECK(d.depth() == 2);
   feed(d, 3, 0.0, 0.3, now, blocked);  // workers ahead, consumer never waits
@@ -139,12 +141,9 @@ TEST_CASE("PrefetchDepth: waits alone (workers busy) or blocked workers alone ch
 
 TEST_CASE("PrefetchDepth: a long calm with idle workers lowers it back, not below the minimum",
           "[prefetch_depth]") {
-  PrefetchDepth d;
-  d.configure(true, 2, 8);
-  std::uint64_t now = 1;
-  std::uint64_t blocked = 0;
+  Adaptive a(2, 8);
+  auto& [d, now, blocked] = a;
   int batches = 16;
-  d.on_delivery(0, 0, 2, now);
   feed_rising(d, 4, now, blocked, batches);
   REQUIRE(d.depth() == 8);
   feed(d, PrefetchDepth::kCalmWindows - 1, 0.0, 0.9, now, blocked);

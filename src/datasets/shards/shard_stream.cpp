@@ -9,9 +9,9 @@
 
 #include <fmt/format.h>
 
+#include "data/random_state.hpp"
 #include "datasets/shards/shard_files.hpp"
 #include "datasets/shards/shard_format.hpp"
-#include "data/random_state.hpp"
 #include "stoker/errors.hpp"
 #include "stoker/random.hpp"
 #include "stoker/shards.hpp"
@@ -554,8 +554,7 @@ std::optional<Sample> ShardedStream::next() {
 }
 
 std::string ShardedStream::state_for(std::uint64_t epoch, std::uint64_t batches,
-                                     std::size_t batch_size, int num_workers,
-                                     bool in_order) const {
+                                     std::size_t batch_size, int num_workers, bool in_order) const {
   if (num_workers < 0) {
     throw std::invalid_argument(
         "ShardedStream::state: LoaderOptions::num_workers is kAuto; give the loader a worker "
@@ -575,16 +574,15 @@ std::string ShardedStream::state_for(std::uint64_t epoch, std::uint64_t batches,
   std::string delivered;
   for (std::size_t w = 0; w < workers; ++w) {
     const std::uint64_t from_w = batches / workers + (w < batches % workers ? 1 : 0);
-    const std::uint64_t records =
-        std::min<std::uint64_t>(from_w * batch_size, s.per_stream);
+    const std::uint64_t records = std::min<std::uint64_t>(from_w * batch_size, s.per_stream);
     delivered += fmt::format("{}{}", w == 0 ? "" : ",", records);
   }
   return fmt::format(
       "{} {} epoch={} seed={} total={} shards={} world={} rank={} workers={} policy={} "
       "batches={} delivered={}",
       detail::kStateMagic, detail::kStateVersion, epoch, options_.seed, s.total, num_shards(),
-      options_.world_size, options_.rank, num_workers,
-      detail::policy_name(options_.equal_batches), batches, delivered);
+      options_.world_size, options_.rank, num_workers, detail::policy_name(options_.equal_batches),
+      batches, delivered);
 }
 
 void ShardedStream::load_state(std::string_view state) {
