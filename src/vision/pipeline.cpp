@@ -68,6 +68,7 @@ void stage_axis(detail::Axis& axis, bool resize, int box0, int box_len, int out_
 
 // The window's part inside the resized box, in window coordinates.
 Rect valid_part(const detail::Stage& stage) {
+  if (stage.empty) return Rect{};
   const Size base = stage.base();
   const Rect& w = stage.window;
   const int x0 = std::clamp(w.x, 0, base.width);

@@ -6,7 +6,10 @@
 // colour jitter (it needs the whole image, e.g. contrast's mean); non-constant padding.
 #include "vision/plan.hpp"
 
+#include <stdexcept>
 #include <type_traits>
+
+#include <fmt/format.h>
 
 namespace stoker::vision::detail {
 namespace {
@@ -61,7 +64,18 @@ class Planner {
   }
 
   void resized_crop(Rect box, Size target, Interpolation interpolation) {
-    if (!cur_.resize && !cur_.flip && inside(cur_.window, cur_.base())) {
+    if (box.width < 1 || box.height < 1) {
+      // Nothing of the image: Pillow resizes the empty crop to black.
+      if (!untouched()) materialise();
+      cur_ = Stage{};
+      cur_.empty = true;
+      cur_.resize = true;
+      cur_.resized = target;
+      cur_.window = full(target);
+      size_ = target;
+      return;
+    }
+    if (!cur_.resize && !cur_.flip && !cur_.empty && inside(cur_.window, cur_.base())) {
       // A crop of a crop of the stage's input.
       cur_.box = Rect{cur_.box.x + cur_.window.x + box.x, cur_.box.y + cur_.window.y + box.y,
                       box.width, box.height};
@@ -117,7 +131,15 @@ void make_plan(const std::vector<Transform>& transforms, Size input, Generator* 
         [&](const auto& t) {
           using T = std::decay_t<decltype(t)>;
           if constexpr (std::is_same_v<T, Resize>) {
-            p.resize(t.output_size(p.size()), t.interpolation);
+            const Size target = t.output_size(p.size());
+            if (target.width < 1 || target.height < 1) {
+              throw std::invalid_argument(fmt::format(
+                  "vision::Resize({}, max_size={}): the image would become {} x {} (height x "
+                  "width); an image needs a height and width of at least 1 (torchvision raises "
+                  "here too): raise max_size, or leave such thin images out",
+                  t.shorter_side, t.max_size, target.height, target.width));
+            }
+            p.resize(target, t.interpolation);
           } else if constexpr (std::is_same_v<T, CenterCrop>) {
             p.crop(t.box(p.size()));
           } else if constexpr (std::is_same_v<T, RandomResizedCrop>) {
@@ -132,10 +154,20 @@ void make_plan(const std::vector<Transform>& transforms, Size input, Generator* 
             padded.height += pad.top + pad.bottom;
             const Rect box = t.sample(*rng, padded);
             if (trace != nullptr) trace->boxes.push_back(box);
+            const Padding more = t.shortfall_padding(p.size());
+            const bool twice =
+                more.left + more.top + more.right + more.bottom > 0 &&
+                t.padding.left + t.padding.top + t.padding.right + t.padding.bottom > 0;
             if (pads && t.padding_mode == PaddingMode::kConstant) {
               p.crop(Rect{box.x - pad.left, box.y - pad.top, box.width, box.height}, t.fill);
+            } else if (twice && (t.padding_mode == PaddingMode::kReflect ||
+                                 t.padding_mode == PaddingMode::kSymmetric)) {
+              // Reflecting a reflected image is not one larger reflection: pad as torchvision.
+              p.pad(t.padding, t.padding_mode);
+              p.pad(more, t.padding_mode);
+              p.crop(box);
             } else {
-              if (pads) p.pad(pad, t.padding_mode);
+              if (pads) p.pad(pad, t.padding_mode);  // edge padding twice is edge padding once
               p.crop(box);
             }
           } else if constexpr (std::is_same_v<T, RandomHorizontalFlip>) {

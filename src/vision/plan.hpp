@@ -14,6 +14,8 @@ namespace stoker::vision::detail {
 // One fused geometric pass over its input: crop `box` (inside the input), resize it to
 // `resized` when `resize`, take `window` of that (pixels of the window outside the resized
 // box are `fill`: torchvision's constant padding), and mirror it left-right when `flip`.
+// `empty`: the box holds no pixel (a RandomResizedCrop fallback on a sliver of an image), so
+// the whole output is `fill`, as Pillow resizes an empty image.
 struct Stage {
   Rect box;
   bool resize = false;
@@ -22,6 +24,7 @@ struct Stage {
   Rect window;
   std::array<std::uint8_t, 3> fill{0, 0, 0};
   bool flip = false;
+  bool empty = false;
 
   Size base() const noexcept { return resize ? resized : Size{box.height, box.width}; }
 };

@@ -147,20 +147,20 @@ RandomCrop::RandomCrop(Size crop, Padding pad, bool pad_small, std::array<std::u
   }
 }
 
-Padding RandomCrop::total_padding(Size input) const noexcept {
-  Padding p = padding;
-  const int width = input.width + p.left + p.right;
-  const int height = input.height + p.top + p.bottom;
+Padding RandomCrop::shortfall_padding(Size input) const noexcept {
+  Padding p;
+  const int width = input.width + padding.left + padding.right;
+  const int height = input.height + padding.top + padding.bottom;
   // torchvision pads both sides by the whole shortfall.
-  if (pad_if_needed && width < size.width) {
-    p.left += size.width - width;
-    p.right += size.width - width;
-  }
-  if (pad_if_needed && height < size.height) {
-    p.top += size.height - height;
-    p.bottom += size.height - height;
-  }
+  if (pad_if_needed && width < size.width) p.left = p.right = size.width - width;
+  if (pad_if_needed && height < size.height) p.top = p.bottom = size.height - height;
   return p;
+}
+
+Padding RandomCrop::total_padding(Size input) const noexcept {
+  const Padding more = shortfall_padding(input);
+  return Padding(padding.left + more.left, padding.top + more.top, padding.right + more.right,
+                 padding.bottom + more.bottom);
 }
 
 Rect RandomCrop::sample(Generator& rng, Size padded) const {

@@ -87,7 +87,9 @@ struct Padding {
 };
 
 // torchvision.transforms.RandomCrop: pad (padding, then pad_if_needed up to the crop size),
-// then a box at a uniformly random offset.
+// then a box at a uniformly random offset. torchvision pads twice: `padding` first, then the
+// shortfall on the padded image, and with kReflect or kSymmetric reflecting a padded image is
+// not one larger reflection; the Pipeline pads the same two times.
 struct RandomCrop {
   explicit RandomCrop(int side, Padding padding = {}, bool pad_if_needed = false,
                       std::array<std::uint8_t, 3> fill = {0, 0, 0},
@@ -97,6 +99,9 @@ struct RandomCrop {
              PaddingMode padding_mode = PaddingMode::kConstant);
   // The padding torchvision applies to an input of this size (padding plus pad_if_needed).
   Padding total_padding(Size input) const noexcept;
+  // pad_if_needed's part of it: what is padded, on each side, to the image already padded by
+  // `padding` (zero without pad_if_needed or when the crop fits).
+  Padding shortfall_padding(Size input) const noexcept;
   // torchvision's RandomCrop.get_params on the padded input: the box in padded coordinates.
   // Throws std::invalid_argument when the padded input is smaller than the crop.
   Rect sample(Generator& rng, Size padded) const;
