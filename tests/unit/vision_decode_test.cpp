@@ -275,8 +275,8 @@ TEST_CASE("a truncated image fails the same way whatever the crop, as Pillow's l
   no_iend.resize(no_iend.size() - 12);
   auto after_iend = png;
   after_iend.insert(after_iend.end(), {'m', 'o', 'r', 'e'});
-  for (const auto& [whole, changed] : {std::pair{&jpeg, &trailing}, std::pair{&png, &no_iend},
-                                       std::pair{&png, &after_iend}}) {
+  for (const auto& [whole, changed] :
+       {std::pair{&jpeg, &trailing}, std::pair{&png, &no_iend}, std::pair{&png, &after_iend}}) {
     const Tensor a = val(*whole);
     const Tensor b = val(*changed);
     REQUIRE(std::equal(a.bytes().begin(), a.bytes().end(), b.bytes().begin()));

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "stoker/vision.hpp"
+#include "support/random_image.hpp"
 #include "vision/output.hpp"
 #include "vision/resample.hpp"
 
@@ -90,15 +91,8 @@ TEST_CASE("RandomCrop pads as torchvision and draws uniform offsets", "[vision]"
 
 namespace {
 
-// A width x height RGB image of distinct-ish values.
 Image test_image(int width, int height, std::uint64_t seed = 1) {
-  Image image;
-  image.reset(width, height, 3);
-  Generator rng(seed);
-  for (std::size_t i = 0; i < image.row_bytes() * static_cast<std::size_t>(height); ++i) {
-    image.pixels[i] = static_cast<std::uint8_t>(rng.below(256));
-  }
-  return image;
+  return stoker::test::random_image(width, height, 3, seed);
 }
 
 }  // namespace
