@@ -13,7 +13,7 @@
 // That is torch 1.13 on an AVX2 CPU (what Debian's torch uses on these machines). Where torch
 // dispatches otherwise (AVX-512, or no FMA) its own result can differ from this in the last
 // bit of rare values; without libsleef the exponential is libm's and the kernel can differ
-// in its last bits too (docs/vision.md says so). Compiled with -ffp-contract=off: every fused
+// in its last bits too (docs/datasets.md says so). Compiled with -ffp-contract=off: every fused
 // multiply-add here is written as one.
 #include "vision/torch_ops.hpp"
 

@@ -613,6 +613,205 @@ def invalid_files(dump, work):
     return 0 if ok else 1
 
 
+def fn_ops():
+    """The deterministic operations run_fn_cases compares, in vision_dump's op syntax."""
+    ops = ["vflip", "gray:1", "gray:3",
+           "blur:3,3:0.5,0.5", "blur:5,9:1.3,0.7", "blur:11,11:4.0,4.0", "blur:1,7:0.2,2.5",
+           "rotate:33.5:nearest:0:-:0,0,0", "rotate:-71:bilinear:1:-:10,200,30",
+           "rotate:12.25:bicubic:0:5,3.5:0,0,0", "rotate:90:nearest:0:-:0,0,0",
+           "rotate:270:bilinear:1:-:0,0,0", "rotate:180:bicubic:0:-:0,0,0",
+           "rotate:-0.0001:bilinear:0:-:0,0,0", "rotate:135:bicubic:1:-:7,8,9",
+           "affine:15:3,-5:1.2:10,-7:bilinear:0,0,0:-",
+           "affine:0:0,0:0.7:0,0:nearest:50,60,70:-",
+           "affine:-40:10,2:1.0:0,25:bicubic:0,0,0:2,3",
+           "sharpness:0.3", "sharpness:2.5", "posterize:0", "posterize:1", "posterize:6",
+           "solarize:100", "solarize:0", "solarize:255.5", "autocontrast", "equalize"]
+    magnitudes = {
+        "Identity": [0.0], "ShearX": [0.3, -0.99], "ShearY": [0.5, -0.2],
+        "TranslateX": [7.9, -32.0], "TranslateY": [12.0, -3.6], "Rotate": [30.0, -135.0],
+        "Brightness": [0.5, -0.99], "Color": [0.9, -0.5], "Contrast": [0.3, -0.9],
+        "Sharpness": [0.99, -0.7], "Posterize": [2.0, 5.0, 8.0], "Solarize": [128.0, 0.0, 12.5],
+        "AutoContrast": [0.0], "Equalize": [0.0],
+    }
+    for op, values in magnitudes.items():
+        for m in values:
+            ops.append(f"augment:{op}:{m!r}:nearest:0,0,0")
+        ops.append(f"augment:{op}:{values[0]!r}:bilinear:128,128,128")
+        ops.append(f"augment:{op}:{values[-1]!r}:bicubic:0,0,0")
+    grey = ["gray:3", "rotate:20:bilinear:0:-:90,90,90", "rotate:-90:nearest:1:-:0,0,0",
+            "blur:5,5:1.5,1.5", "sharpness:1.8", "autocontrast", "equalize", "posterize:3",
+            "solarize:77", "augment:ShearX:0.4:bilinear:200,200,200",
+            "augment:ShearX:0.4:bilinear:200,0,0", "augment:TranslateY:-9.5:nearest:30,30,30",
+            "augment:Rotate:-45:bicubic:60,60,60", "augment:Color:0.5:nearest:0,0,0",
+            "augment:Contrast:-0.5:nearest:0,0,0", "augment:Brightness:0.7:nearest:0,0,0"]
+    return ops + ["L:" + op for op in grey]
+
+
+def apply_fn_torchvision(path, op):
+    """vision_dump's op on the file in torchvision (PIL); the result's pixels as HWC numpy."""
+    img = Image.open(path).convert("RGB")
+    if op.startswith("L:"):
+        img, op = img.convert("L"), op[2:]
+    a = op.split(":")
+    name = a[0]
+
+    def pair(text):
+        return [float(v) for v in text.split(",")]
+
+    def center(text):
+        return None if text == "-" else pair(text)
+
+    def fill(text):  # three different values for a grey image: torchvision raises, as stoker
+        values = parse_fill(text)
+        return values if img.mode == "L" and len(set(values)) > 1 else fill_for(img, values)
+
+    if name == "vflip":
+        img = F.vflip(img)
+    elif name == "gray":
+        img = F.rgb_to_grayscale(img, int(a[1]))
+    elif name == "blur":
+        img = F.gaussian_blur(img, [int(v) for v in pair(a[1])], pair(a[2]))
+    elif name == "rotate":
+        img = F.rotate(img, float(a[1]), INTERP[a[2]], a[3] == "1", center(a[4]), fill(a[5]))
+    elif name == "affine":
+        img = F.affine(img, angle=float(a[1]), translate=[int(v) for v in pair(a[2])],
+                       scale=float(a[3]), shear=pair(a[4]), interpolation=INTERP[a[5]],
+                       fill=fill(a[6]), center=center(a[7]))
+    elif name == "augment":
+        img = _apply_op(img, a[1], float(a[2]), INTERP[a[3]], fill(a[4]))
+    elif name == "sharpness":
+        img = F.adjust_sharpness(img, float(a[1]))
+    elif name == "posterize":
+        img = F.posterize(img, int(a[1]))
+    elif name == "solarize":
+        img = F.solarize(img, float(a[1]))
+    elif name == "autocontrast":
+        img = F.autocontrast(img)
+    elif name == "equalize":
+        img = F.equalize(img)
+    else:
+        raise ValueError(f"unknown op {op}")
+    px = np.asarray(img)
+    return px.reshape(px.shape[0], px.shape[1], -1)
+
+
+def run_fn_cases(dump, files, work):
+    """Each deterministic operation with given parameters, stoker's functional API against
+    torchvision's, on images of every size (and grey ones, "L:"): identical pixels, or an
+    error on both sides (a blur kernel wider than a tiny image). Returns (failures, runs)."""
+    inputs = files["jpeg"][::4] + files["small"] + files["odd"][:3] + files["grey"]
+    jobs = [(f"f{i}", f, op) for i, (f, op) in
+            enumerate((f, op) for op in fn_ops() for f in inputs)]
+    with open(os.path.join(work, "fn_jobs.txt"), "w") as out:
+        for job_id, f, op in jobs:
+            out.write(f"{job_id} {f} {op}\n")
+    outdir = os.path.join(work, "fn_out")
+    os.makedirs(outdir, exist_ok=True)
+    result = subprocess.run([dump, "fn", os.path.join(work, "fn_jobs.txt"), outdir], check=True,
+                            capture_output=True, text=True).stdout
+    lines = {line.split(" ", 1)[0]: line for line in result.splitlines()}
+    groups = {}
+    for job_id, f, op in jobs:
+        a = op.split(":")
+        group = ("L:" if a[0] == "L" else "") + (a[1] if a[0] == "L" else a[0])
+        if group.endswith("augment"):
+            group += " " + (a[2] if a[0] == "L" else a[1])
+        g = groups.setdefault(group, {"n": 0, "values": 0, "refused": 0, "fail": []})
+        g["n"] += 1
+        fields = lines[job_id].split(" ", 3)
+        try:
+            ref = apply_fn_torchvision(f, op)
+        except (RuntimeError, ValueError) as e:
+            if fields[1] != "error":
+                g["fail"].append(f"{os.path.basename(f)} [{op}]: torchvision raises ({e}), "
+                                 f"stoker does not")
+            g["refused"] += 1
+            continue
+        if fields[1] == "error":
+            g["fail"].append(f"{os.path.basename(f)} [{op}]: stoker: {fields[3]}")
+            continue
+        shape = [int(v) for v in fields[1].split("x")]
+        ours = np.fromfile(os.path.join(outdir, job_id + ".bin"), dtype=np.uint8)
+        if list(ref.shape) != shape:
+            g["fail"].append(f"{os.path.basename(f)} [{op}]: shape {shape}, torchvision "
+                             f"{list(ref.shape)}")
+            continue
+        ours = ours.reshape(shape)
+        g["values"] += ours.size
+        if not np.array_equal(ours, ref):
+            diff = np.abs(ours.astype(np.int32) - ref.astype(np.int32))
+            g["fail"].append(f"{os.path.basename(f)} [{op}]: max |diff| {diff.max()}, "
+                             f"{100 * (diff == 0).mean():.2f}% identical")
+    failures = 0
+    for group, g in groups.items():
+        ok = not g["fail"]
+        failures += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} functional {group} (exact): {g['n']} runs, "
+              f"{g['values']} values compared" +
+              (f", {g['refused']} refused by both" if g["refused"] else ""))
+        for line in g["fail"][:6]:
+            print("     ", line)
+    return failures, len(jobs)
+
+
+def kernels_and_magnitudes(dump):
+    """GaussianBlur's 1-D kernels and the augment ops' magnitude bins, value by value against
+    torchvision's (_get_gaussian_kernel1d, _augmentation_space). Returns the failures."""
+    failures = 0
+    torch.manual_seed(5)
+    sigmas = [0.1, 0.5, 1.0, 2.0, 1.3333, 5.0, 7.7, 20.0] + [
+        T.GaussianBlur.get_params(0.1, 2.0) for _ in range(24)]
+    sizes = [1, 3, 5, 7, 9, 23, 31, 65, 101, 129, 257, 1025]
+    bad = []
+    n = 0
+    for size in sizes:
+        for sigma in sigmas:
+            out = subprocess.run([dump, "kernel", str(size), repr(sigma)], check=True,
+                                 capture_output=True, text=True).stdout.split()
+            ours = [float.fromhex(v) for v in out]
+            ref = [float(v) for v in Ft._get_gaussian_kernel1d(size, sigma).tolist()]
+            n += 1
+            if ours != ref:
+                worst = max((abs(x - y) for x, y in zip(ours, ref)), default=float("inf"))
+                bad.append(f"size {size}, sigma {sigma!r}: {len(ours)} values, "
+                           f"{sum(x != y for x, y in zip(ours, ref))} differ (max {worst:.3g})")
+    ok = not bad
+    failures += not ok
+    print(f"{'ok  ' if ok else 'FAIL'} GaussianBlur kernels (exact): {n} kernels, sizes "
+          f"{sizes[0]}..{sizes[-1]}")
+    for line in bad[:6]:
+        print("     ", line)
+    bad = []
+    n = 0
+    for bins in (31, 2, 10, 17, 33, 50, 100):
+        for w, h in ((224, 224), (37, 29), (150, 260)):
+            out = subprocess.run([dump, "magnitudes", str(bins), str(w), str(h)], check=True,
+                                 capture_output=True, text=True).stdout.splitlines()
+            spaces = {1: T.TrivialAugmentWide()._augmentation_space(bins),
+                      0: T.RandAugment()._augmentation_space(bins, (h, w))}
+            seen = set()
+            for line in out:
+                wide, op, bin_, magnitude = line.split()
+                magnitudes, _ = spaces[int(wide)][op]
+                ref = float(magnitudes[int(bin_)].item()) if magnitudes.ndim > 0 else 0.0
+                n += 1
+                seen.add((int(wide), op))
+                if float.fromhex(magnitude) != ref:
+                    bad.append(f"{'wide' if int(wide) else 'randaugment'} {op} bin {bin_} of "
+                               f"{bins} on {w}x{h}: {float.fromhex(magnitude)!r}, "
+                               f"torchvision {ref!r}")
+            want = {(k, op) for k, space in spaces.items() for op in space}
+            if seen != want:
+                bad.append(f"{bins} bins on {w}x{h}: ops {sorted(seen ^ want)} on one side only")
+    ok = not bad
+    failures += not ok
+    print(f"{'ok  ' if ok else 'FAIL'} augment magnitude bins (exact): {n} values, 7 bin counts, "
+          f"3 image sizes, both spaces")
+    for line in bad[:6]:
+        print("     ", line)
+    return failures
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dump")
