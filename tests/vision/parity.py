@@ -439,6 +439,14 @@ def compare(ours, ref, normalized):
     return diff.max().item(), identical
 
 
+def report(what, bad):
+    """Prints "ok  <what>" or "FAIL <what>" and the first few failures; returns 1 on any."""
+    print(f"{'ok  ' if not bad else 'FAIL'} {what}")
+    for line in bad[:6]:
+        print("     ", line)
+    return 1 if bad else 0
+
+
 def ks_statistic(a, b):
     a, b = np.sort(a), np.sort(b)
     grid = np.concatenate([a, b])
@@ -605,12 +613,7 @@ def invalid_files(dump, work):
          [7, 7, 7, 255, 9, 9, 9, 255, 7, 7, 7, 255]),
     ]
     bad = [f"{what}: {got}, documented {want}" for what, got, want in expect if got != want]
-    ok = not bad
-    print(f"{'ok  ' if ok else 'FAIL'} invalid files: {len(expect)} documented differences from "
-          f"Pillow hold")
-    for line in bad:
-        print("     ", line)
-    return 0 if ok else 1
+    return report(f"invalid files: {len(expect)} documented differences from Pillow hold", bad)
 
 
 def fn_ops():
@@ -775,12 +778,8 @@ def kernels_and_magnitudes(dump):
                 worst = max((abs(x - y) for x, y in zip(ours, ref)), default=float("inf"))
                 bad.append(f"size {size}, sigma {sigma!r}: {len(ours)} values, "
                            f"{sum(x != y for x, y in zip(ours, ref))} differ (max {worst:.3g})")
-    ok = not bad
-    failures += not ok
-    print(f"{'ok  ' if ok else 'FAIL'} GaussianBlur kernels (exact): {n} kernels, sizes "
-          f"{sizes[0]}..{sizes[-1]}")
-    for line in bad[:6]:
-        print("     ", line)
+    failures += report(f"GaussianBlur kernels (exact): {n} kernels, sizes {sizes[0]}.."
+                       f"{sizes[-1]}", bad)
     bad = []
     n = 0
     for bins in (31, 2, 10, 17, 33, 50, 100):
@@ -803,12 +802,8 @@ def kernels_and_magnitudes(dump):
             want = {(k, op) for k, space in spaces.items() for op in space}
             if seen != want:
                 bad.append(f"{bins} bins on {w}x{h}: ops {sorted(seen ^ want)} on one side only")
-    ok = not bad
-    failures += not ok
-    print(f"{'ok  ' if ok else 'FAIL'} augment magnitude bins (exact): {n} values, 7 bin counts, "
-          f"3 image sizes, both spaces")
-    for line in bad[:6]:
-        print("     ", line)
+    failures += report(f"augment magnitude bins (exact): {n} values, 7 bin counts, 3 image "
+                       f"sizes, both spaces", bad)
     return failures
 
 
