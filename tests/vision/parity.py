@@ -5,12 +5,13 @@
 
 Writes small JPEG (baseline and progressive; 4:4:4, 4:2:2 and 4:2:0; grey; CMYK), PNG (RGB, RGBA,
 grey, grey + alpha, palette with and without transparency, 1/2/4-bit grey, 16-bit grey, RGB and
-grey + alpha) and WebP (lossy, lossless, with alpha) files, runs each pipeline case through
-DUMP (vision_dump) and through torchvision on the same file with the random parameters DUMP
-drew (crop boxes, flips, jitter factors and order, blur sigmas, rotation angles, the augment
-ops and their magnitudes, erased boxes, replayed with torchvision's functional API), and
-compares: uint8 outputs must be within 1 level with at least 99% of values identical; float
-outputs within 1/255 before normalisation, likewise; groups marked exact must be identical.
+grey + alpha), WebP (lossy, lossless, with alpha) and tiny (1 x 1 to 6 x 1 pixels) files, runs
+each pipeline case through DUMP (vision_dump) and through torchvision on the same file with the
+random parameters DUMP drew (crop boxes, flips, jitter factors and order, blur sigmas,
+rotation angles, the augment ops and their magnitudes, erased boxes, replayed with
+torchvision's functional API), and compares: uint8 outputs must be within 1 level with at
+least 99% of values identical; float outputs within 1/255 before normalisation, likewise;
+groups marked exact must be identical.
 Then runs each deterministic operation with given parameters (rotate, affine, blur, grayscale,
 vflip, every TrivialAugmentWide / RandAugment op at given magnitudes, sharpness, posterize,
 solarize, autocontrast, equalize) through DUMP's functional API and torchvision's, which must
@@ -157,6 +158,12 @@ def make_images(d):
     p = os.path.join(d, "grey_60x45.png")
     Image.fromarray(photo_like(rng, 60, 45)).convert("L").save(p)
     files["grey"] = [p]
+    # Images of a pixel or a line: the edge cases of rotation, the augment ops and erasing.
+    files["tiny"] = []
+    for w, h in ((1, 1), (1, 7), (6, 1), (2, 2)):
+        p = os.path.join(d, f"tiny_{w}x{h}.png")
+        Image.fromarray(rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8)).save(p)
+        files["tiny"].append(p)
     return files
 
 
@@ -247,6 +254,9 @@ def cases(files):
     for group, spec, seeds in recipes:
         for f in new:
             out.append((group, f, spec, list(seeds), True))
+        if "Blur:" not in spec:  # a blur kernel wider than the image: both refuse (fn cases)
+            for f in files["tiny"]:
+                out.append((group + ", tiny images", f, spec, list(seeds)[:6], True))
     # A training recipe with resampling: within the resize tolerance.
     for f in files["jpeg"][::4] + files["png"][::3]:
         out.append(("train recipe with RandAugment", f,
@@ -700,9 +710,11 @@ def apply_fn_torchvision(path, op):
 
 def run_fn_cases(dump, files, work):
     """Each deterministic operation with given parameters, stoker's functional API against
-    torchvision's, on images of every size (and grey ones, "L:"): identical pixels, or an
-    error on both sides (a blur kernel wider than a tiny image). Returns (failures, runs)."""
-    inputs = files["jpeg"][::4] + files["small"] + files["odd"][:3] + files["grey"]
+    torchvision's, on images of every size down to 1 x 1 (and grey ones, "L:"): identical
+    pixels, or an error on both sides (a blur kernel wider than the image). Returns
+    (failures, runs)."""
+    inputs = (files["jpeg"][::4] + files["small"] + files["odd"][:3] + files["grey"] +
+              files["tiny"])
     jobs = [(f"f{i}", f, op) for i, (f, op) in
             enumerate((f, op) for op in fn_ops() for f in inputs)]
     with open(os.path.join(work, "fn_jobs.txt"), "w") as out:
