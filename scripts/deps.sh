@@ -6,6 +6,7 @@ stoker_required_packages=(
   build-essential cmake pkg-config
   libfmt-dev libspdlog-dev catch2 libhwloc-dev
   libjpeg62-turbo-dev libpng-dev libwebp-dev  # stoker::vision (JPEG, PNG, WebP)
+  libsleef-dev                  # GaussianBlur's kernel with torch's exponential (optional)
   libturbojpeg0-dev             # the image tests write JPEGs with TurboJPEG
   zlib1g-dev libzstd-dev nlohmann-json3-dev  # TFRecord (gzip) and MDS readers
   libbz2-dev libbrotli-dev libssl-dev libxxhash-dev  # MDS bz2/br shards and shard hashes
