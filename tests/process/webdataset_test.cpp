@@ -867,3 +867,36 @@ TEST_CASE("upper-case extensions are lower-cased into field names unless told ot
     REQUIRE(field_string(*stream.next(), "JPG") == "jpeg bytes");
   }
 }
+
+TEST_CASE("a .tar.gz whose gzip checksum is wrong is an error naming it", "[webdataset][fault]") {
+  TempDir tmp("gzcrc");
+  const std::vector<std::string> plain = write_shards(tmp.path, {10});
+  const std::string gz = plain[0] + ".gz";
+  REQUIRE(std::system(("gzip -c " + plain[0] + " > " + gz).c_str()) == 0);
+  {
+    // The trailer: CRC-32 of the data, then its size (RFC 1952). The data itself is intact.
+    std::fstream f(gz, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(fs::file_size(gz) - 8));
+    const char crc0 = static_cast<char>(f.get());
+    f.seekp(static_cast<std::streamoff>(fs::file_size(gz) - 8));
+    f.put(static_cast<char>(crc0 ^ 0x5a));
+  }
+  // The counting pass reads it all.
+  REQUIRE_THROWS_WITH(WebDatasetShards::stream({gz}, {}, test_fields()),
+                      Catch::Contains(gz) && Catch::Contains("incorrect data check"));
+  // With its count given, the reading stream meets the bad checksum at the shard's end.
+  StreamOptions so;
+  so.sample_counts = {10};
+  so.shuffle = false;
+  ShardedStream stream = WebDatasetShards::stream({gz}, so, test_fields());
+  bool reported = false;
+  for (int i = 0; i < 40 && !reported; ++i) {
+    try {
+      if (!stream.next()) break;
+    } catch (const Error& e) {
+      REQUIRE_THAT(e.what(), Catch::Contains(gz) && Catch::Contains("incorrect data check"));
+      reported = true;
+    }
+  }
+  REQUIRE(reported);
+}
