@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +42,7 @@
 #include <fmt/ranges.h>
 
 #include "bench_workloads.hpp"
+#include "os/posix.hpp"
 #include "stoker/stoker.hpp"
 
 namespace {
@@ -160,13 +162,11 @@ double cpu_seconds(int who) {
 
 // utime + stime of a live process, from /proc/<pid>/stat.
 double process_cpu_seconds(pid_t pid) {
-  std::FILE* f = std::fopen(fmt::format("/proc/{}/stat", pid).c_str(), "r");
-  if (f == nullptr) return 0;
-  char buffer[1024];
-  const std::size_t n = std::fread(buffer, 1, sizeof buffer - 1, f);
-  std::fclose(f);
-  buffer[n] = '\0';
-  const char* p = std::strrchr(buffer, ')');
+  std::string stat;
+  if (!stoker::detail::posix::read_file(fmt::format("/proc/{}/stat", pid).c_str(), stat)) {
+    return 0;
+  }
+  const char* p = std::strrchr(stat.c_str(), ')');
   if (p == nullptr) return 0;
   unsigned long utime = 0;
   unsigned long stime = 0;
@@ -180,14 +180,16 @@ double process_cpu_seconds(pid_t pid) {
 
 // Proportional set size of a live process (its share of shared pages), from smaps_rollup.
 double pss_mb(pid_t pid) {
-  std::FILE* f = std::fopen(fmt::format("/proc/{}/smaps_rollup", pid).c_str(), "r");
-  if (f == nullptr) return 0;
-  char line[256];
-  double kb = 0;
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    if (std::sscanf(line, "Pss: %lf kB", &kb) == 1) break;
+  std::string rollup;
+  if (!stoker::detail::posix::read_file(fmt::format("/proc/{}/smaps_rollup", pid).c_str(),
+                                        rollup)) {
+    return 0;
   }
-  std::fclose(f);
+  const std::size_t at = rollup.find("\nPss:");
+  double kb = 0;
+  if (at == std::string::npos || std::sscanf(rollup.c_str() + at + 1, "Pss: %lf kB", &kb) != 1) {
+    return 0;
+  }
   return kb / 1024.0;
 }
 
@@ -436,17 +438,24 @@ struct DecodeOnly {
   stoker::Sample get(std::size_t i) const {
     thread_local std::vector<std::uint8_t> bytes;
     thread_local stoker::vision::Image image;
-    std::FILE* f = std::fopen(files[i].first.c_str(), "rb");
-    if (f == nullptr) throw stoker::Error("stoker-bench: cannot open " + files[i].first);
+    namespace posix = stoker::detail::posix;
+    posix::Fd fd(posix::open_read(files[i].first.c_str()));
+    if (!fd.valid()) {
+      throw stoker::Error(
+          posix::errno_message("stoker-bench: cannot open " + files[i].first, errno));
+    }
     bytes.resize(1 << 16);
     std::size_t used = 0;
     for (;;) {
       if (bytes.size() < used + 65536) bytes.resize(used + 65536);
-      const std::size_t n = std::fread(bytes.data() + used, 1, bytes.size() - used, f);
-      used += n;
+      const ssize_t n = posix::read_some(fd.get(), bytes.data() + used, bytes.size() - used);
+      if (n < 0) {
+        throw stoker::Error(
+            posix::errno_message("stoker-bench: cannot read " + files[i].first, errno));
+      }
       if (n == 0) break;
+      used += static_cast<std::size_t>(n);
     }
-    std::fclose(f);
     stoker::vision::decode_into(std::span<const std::uint8_t>(bytes.data(), used), {}, image,
                                 files[i].first);
     stoker::Sample s;
@@ -469,7 +478,7 @@ int run_decode(const Args& a) {
 // The language-model pipeline: S random 1,024-token windows per epoch (int64 input and target,
 // what an embedding layer takes), batch 32.
 int run_tokens(const Args& a) {
-  stoker::TokenDataset::Options o;
+  stoker::TokenOptions o;
   o.context = 1024;
   o.dtype = stoker::DType::kInt64;
   o.format = stoker::TokenDataset::Format::kRaw;

@@ -39,16 +39,16 @@ TEST_CASE("mpirun -np 3: shards of unequal sizes give every rank the same batche
   std::vector<std::string> shards;
   std::size_t next = 0;
   for (std::size_t j = 0; j < sizes.size(); ++j) {
-    stoker::ShardWriterOptions wo;
+    stoker::WebDatasetWriterOptions wo;
     wo.pattern = dir + "/part" + std::to_string(j) + "-%d.tar";
-    stoker::ShardWriter writer(wo);
+    stoker::WebDatasetWriter writer(wo);
     for (std::size_t k = 0; k < sizes[j]; ++k, ++next) {
       const std::string index = std::to_string(next);
       const std::pair<std::string, std::span<const std::byte>> fields[] = {
           {"index", std::as_bytes(std::span<const char>(index.data(), index.size()))}};
       writer.write("s" + std::to_string(next), fields);
     }
-    shards.push_back(writer.finish().at(0));
+    shards.push_back(writer.close().at(0));
   }
   std::string command =
       "timeout -k 10 180 mpirun -np 3 --oversubscribe --allow-run-as-root "

@@ -21,9 +21,11 @@ class MappedShards {
   // Throws std::invalid_argument for capacity 0.
   explicit MappedShards(std::size_t capacity);
 
-  // The mapping of shard `shard` (at `path`), mapped on first use. Either process; any thread
-  // (a mutex guards the table). Throws stoker::Error naming `who` and the path when the file
-  // cannot be opened or mapped, or is empty.
+  // The mapping of shard `shard` (at `path`), mapped on first use. A mapping that shrank stays
+  // (each read of it reports the shrink: the file changed after it was indexed). Installs the
+  // SIGBUS guard in this process (MappedFile::guard), so the caller may touch the bytes. Either
+  // process; any thread (a mutex guards the table). Throws stoker::Error naming `who` and the
+  // path when the file cannot be opened or mapped, or is empty.
   std::shared_ptr<const MappedFile> get(std::size_t shard, const std::string& path,
                                         const char* who) const;
 

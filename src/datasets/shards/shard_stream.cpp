@@ -325,8 +325,20 @@ Sample ShardedDataset::get(std::size_t index) {
   const auto [shard, k] = locate(index);
   detail::RawRecord& record = reader_->record;
   format_->read(shard, k, *plan_, reader_->files, record);
-  if (!record.error.empty()) throw Error(record.error);
-  return format_->decode(record, *plan_);
+  if (!record.error.empty()) {
+    throw ShardError(record.error, format_->shard_name(shard), record.offset);
+  }
+  Sample sample = [&] {
+    try {
+      return format_->decode(record, *plan_);
+    } catch (...) {
+      format_->check_mapping(record);  // zeros where the file was cut: report that instead
+      throw;
+    }
+  }();
+  format_->check_mapping(record);
+  record.mapping.reset();
+  return sample;
 }
 
 ShardedStream ShardedDataset::stream(StreamOptions options) const {
@@ -440,9 +452,9 @@ bool draw(const detail::ShardFormat& format, const detail::FieldPlan& plan, std:
     detail::RawRecord record = take_spare(st);
     pull(format, plan, st, record);
     if (!record.error.empty()) {
-      const std::string message = std::move(record.error);
+      ShardError error(std::move(record.error), format.shard_name(record.shard), record.offset);
       st.spares.push_back(std::move(record));
-      throw Error(message);
+      throw error;
     }
     st.buffer.push_back(std::move(record));
   }
