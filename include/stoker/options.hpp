@@ -67,6 +67,12 @@ struct LoaderOptions {
   std::shared_ptr<BatchSamplerBase> batch_sampler;
   CollateFn collate;  // empty: stack every field (StackCollator)
   std::function<void(std::size_t worker_id)> worker_init;  // runs first in each worker
+  // Runs in the main process while a fetch sleeps waiting for a batch: whenever a signal
+  // interrupts the sleep, and at least every kOnWaitInterval while it lasts. An exception it
+  // throws ends the epoch (its workers are stopped, as after a timeout) and propagates out of
+  // the fetch. This is how an embedding runtime delivers Ctrl-C to a consumer blocked in a
+  // fetch (the Python package raises KeyboardInterrupt from it); empty: not called.
+  std::function<void()> on_wait;
   // The size of a batch slot: it holds a header (~4 KiB), the batch's indices, its fields and
   // their description. Address space is reserved for every slot; memory is committed only as
   // batches need it. A batch that does not fit is an error naming this option.
@@ -122,6 +128,9 @@ struct LoaderOptions {
   // batches at each request. Empty: the STOKER_TRACE environment variable, when set.
   std::string trace_path;
 };
+
+// The longest a waiting fetch sleeps between two calls of LoaderOptions::on_wait.
+inline constexpr std::chrono::milliseconds kOnWaitInterval{100};
 
 // LoaderOptions::num_workers = kAuto: recommend_num_workers() decides, at the first epoch.
 inline constexpr int kAuto = -1;
