@@ -145,10 +145,12 @@ class Loader {
     set_worker_init(opt);
     if (get<bool>(o, "iterable", false)) {
       auto source = std::make_shared<PyStreamSource>(hooks_, collation);
+      python_source_ = source;
       set_collate(opt, collation, [source](std::size_t n) { return source->take(n); });
       stream_ = std::make_unique<DataLoader<StreamHandle>>(StreamHandle{source}, std::move(opt));
     } else {
       auto source = std::make_shared<PyMapSource>(hooks_, collation);
+      python_source_ = source;
       set_collate(opt, collation, [source](std::size_t n) { return source->take(n); });
       map_ = std::make_unique<DataLoader<MapHandle>>(MapHandle{source}, std::move(opt));
     }
@@ -156,7 +158,8 @@ class Loader {
 
   ~Loader() {
     // Stopping the workers can take a while (stop message, SIGTERM, SIGKILL); nothing in it
-    // needs Python, and a Python source's objects are released under the GIL afterwards.
+    // needs Python. A Python source holds Python objects: python_source_ keeps it past this
+    // block, so that it is destroyed (with the members) under the GIL.
     {
       const py::gil_scoped_release nogil;
       map_.reset();
@@ -223,6 +226,7 @@ class Loader {
   }
 
   std::shared_ptr<PythonHooks> hooks_;
+  std::shared_ptr<void> python_source_;  // a PyMapSource or PyStreamSource
   std::shared_ptr<ListSampler> sampler_;
   std::shared_ptr<ListBatchSampler> batch_sampler_;
   std::shared_ptr<const Structure> structure_;  // a native dataset's; else each batch's own

@@ -14,8 +14,11 @@
 namespace stoker::python {
 namespace {
 
-// The process whose worker start-up has run (a fork copies it: a new process differs).
+// The process whose worker start-up has run (a fork copies it: a new process differs), and
+// whether the first get() ran it: the size probe, the one child that loads without
+// LoaderOptions::worker_init.
 pid_t g_started_pid = 0;
+bool g_started_by_get = false;
 
 py::object worker_module() { return py::module_::import("stoker._worker"); }
 
@@ -35,12 +38,13 @@ py::object worker_module() { return py::module_::import("stoker._worker"); }
   }
 }
 
-void start_worker_once(const PythonHooks& hooks, std::size_t worker_id) {
+void start_worker_once(const PythonHooks& hooks, std::size_t worker_id, bool from_get) {
   const pid_t pid = ::getpid();
   if (g_started_pid == pid) return;
   const WorkerInfo* info = worker_info();
   if (info == nullptr) return;  // the main process (num_workers=0): no worker start-up
   g_started_pid = pid;
+  g_started_by_get = from_get;
   try {
     worker_module().attr("_start")(worker_id, info->num_workers,
                                    hooks.base_seed + static_cast<std::int64_t>(worker_id),
@@ -49,6 +53,8 @@ void start_worker_once(const PythonHooks& hooks, std::size_t worker_id) {
     rethrow_as_python_error();
   }
 }
+
+bool in_size_probe() noexcept { return g_started_pid == ::getpid() && g_started_by_get; }
 
 PyMapSource::PyMapSource(std::shared_ptr<PythonHooks> hooks, Collation collation)
     : hooks_(std::move(hooks)),
@@ -65,7 +71,7 @@ std::size_t PyMapSource::size() const {
 Sample PyMapSource::get(std::size_t index) {
   const py::gil_scoped_acquire gil;
   try {
-    if (const WorkerInfo* info = worker_info()) start_worker_once(*hooks_, info->id);
+    if (const WorkerInfo* info = worker_info()) start_worker_once(*hooks_, info->id, true);
     py::object key = py::reinterpret_steal<py::object>(PyLong_FromSize_t(index));
     py::object sample =
         py::reinterpret_steal<py::object>(PyObject_GetItem(hooks_->dataset.ptr(), key.ptr()));
@@ -74,7 +80,8 @@ Sample PyMapSource::get(std::size_t index) {
       held_.push_back(std::move(sample));
       return Sample();
     }
-    return flattener_.to_sample(sample);
+    // The size probe measures text as the ragged collate will hold it.
+    return flattener_.to_sample(sample, in_size_probe());
   } catch (const TextNeedsRaggedCollate&) {
     throw;
   } catch (const PythonError&) {
@@ -108,7 +115,7 @@ PyStreamSource::~PyStreamSource() {
 void PyStreamSource::start_epoch(std::uint64_t /*epoch*/) {
   const py::gil_scoped_acquire gil;
   try {
-    if (const WorkerInfo* info = worker_info()) start_worker_once(*hooks_, info->id);
+    if (const WorkerInfo* info = worker_info()) start_worker_once(*hooks_, info->id, true);
     iterator_ = py::reinterpret_steal<py::object>(PyObject_GetIter(hooks_->dataset.ptr()));
     if (!iterator_) throw py::error_already_set();
   } catch (const PythonError&) {

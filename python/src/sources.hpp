@@ -70,8 +70,11 @@ struct PythonHooks {
 
 // The Python side of a worker's start (stoker/_worker.py: seeds, worker info, torch's thread
 // count, then worker_init_fn), once per process: by LoaderOptions::worker_init in a worker, or
-// by the first get() in the size-probe child. Nothing in the main process. GIL held.
-void start_worker_once(const PythonHooks& hooks, std::size_t worker_id);
+// by the first get() in the size-probe child (`from_get`). Nothing in the main process. GIL
+// held.
+void start_worker_once(const PythonHooks& hooks, std::size_t worker_id, bool from_get = false);
+// True in the size-probe child (its start-up ran from its first get()).
+bool in_size_probe() noexcept;
 
 // A Python map-style dataset.
 class PyMapSource final : public MapSource {

@@ -75,7 +75,7 @@ const Structure& Rebuilder::carried(const Batch& batch) {
   throw Error("DataLoader: a batch carries no structure field; the worker wrote a malformed batch");
 }
 
-py::object Rebuilder::leaf(const Node& node, Mode mode, const Lookup& find) {
+py::object Rebuilder::leaf(const Node& node, Mode mode, const Lookup& find, bool in_sequence) {
   const Leaf kind = node.leaf();
   const Tensor* t = find(node.field);
   if (t == nullptr) missing(node.field);
@@ -95,6 +95,7 @@ py::object Rebuilder::leaf(const Node& node, Mode mode, const Lookup& find) {
       }
       out[r] = text(t->raw_data() + at[r], static_cast<std::size_t>(at[r + 1] - at[r]), kind);
     }
+    if (in_sequence) return py::tuple(out);
     return out;
   }
   if (mode == Mode::kSingle) {
@@ -113,8 +114,9 @@ py::object Rebuilder::leaf(const Node& node, Mode mode, const Lookup& find) {
   return to_torch(*t);
 }
 
-py::object Rebuilder::build(const Node& node, Mode mode, const Lookup& find, bool tuples) {
-  if (node.is_leaf()) return leaf(node, mode, find);
+py::object Rebuilder::build(const Node& node, Mode mode, const Lookup& find, bool tuples,
+                            bool in_sequence) {
+  if (node.is_leaf()) return leaf(node, mode, find, in_sequence);
   const std::size_t n = node.children.size();
   if (node.kind == 'D') {
     py::dict d;
@@ -136,7 +138,9 @@ py::object Rebuilder::build(const Node& node, Mode mode, const Lookup& find, boo
     }
   }
   py::list items(n);
-  for (std::size_t i = 0; i < n; ++i) items[i] = build(node.children[i], mode, find, tuples);
+  for (std::size_t i = 0; i < n; ++i) {
+    items[i] = build(node.children[i], mode, find, tuples, true);
+  }
   if (node.kind == 'U' && tuples) return py::tuple(items);
   if (node.kind == 'U' || node.cls.empty()) return items;  // a tuple becomes a list
   const py::handle cls = resolve(node.cls);

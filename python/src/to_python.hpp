@@ -32,8 +32,11 @@ class Rebuilder {
 
  private:
   using Lookup = std::function<const Tensor*(std::string_view)>;
-  py::object build(const Node& node, Mode mode, const Lookup& find, bool tuples = false);
-  py::object leaf(const Node& node, Mode mode, const Lookup& find);
+  // `tuples`: keep tuples (a native sample). `in_sequence`: the node is an element of a
+  // sequence, whose batched str / bytes default_collate leaves in a tuple (zip's), not a list.
+  py::object build(const Node& node, Mode mode, const Lookup& find, bool tuples = false,
+                   bool in_sequence = false);
+  py::object leaf(const Node& node, Mode mode, const Lookup& find, bool in_sequence);
   py::handle resolve(const std::string& cls);  // None when it cannot be found
   const Structure& carried(const Batch& batch);
 

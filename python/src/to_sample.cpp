@@ -274,9 +274,14 @@ PythonError PythonError::from_current(py::error_already_set& error) {
     const py::handle cls = error.type();
     type = py::str(cls.attr("__module__")).cast<std::string>() + "\t" +
            py::str(cls.attr("__qualname__")).cast<std::string>();
+    // An error raised from C++ (a pybind11 exception) has no traceback: None, not null.
+    auto or_none = [](const py::handle& h) {
+      return h ? py::reinterpret_borrow<py::object>(h) : py::object(py::none());
+    };
     const py::object lines =
         py::module_::import("traceback")
-            .attr("format_exception")(error.type(), error.value(), error.trace());
+            .attr("format_exception")(or_none(error.type()), or_none(error.value()),
+                                      or_none(error.trace()));
     text = py::str("").attr("join")(lines).cast<std::string>();
   } catch (const py::error_already_set&) {
     text = error.what();
@@ -417,15 +422,22 @@ const Structure& Flattener::structure() {
   return *structure_;
 }
 
-Sample Flattener::to_sample(py::handle sample) {
+// Drops the walk's references to the sample's leaves, whatever happens (GIL held).
+struct LeavesReleased {
+  std::vector<Flattener::LeafValue>& leaves;
+  ~LeavesReleased() { leaves.clear(); }
+};
+
+Sample Flattener::to_sample(py::handle sample, bool text_anyway) {
   writer_.start(mode_);
+  const LeavesReleased release{leaves_};
   leaves_.clear();
   walk(sample, 0);
   const Structure& s = structure();
   Sample out;
   for (std::size_t i = 0; i < leaves_.size(); ++i) {
     const LeafValue& leaf = leaves_[i];
-    if (is_text(leaf.kind) && mode_ == Mode::kBatch && !ragged_) {
+    if (is_text(leaf.kind) && mode_ == Mode::kBatch && !ragged_ && !text_anyway) {
       throw TextNeedsRaggedCollate(
           "a sample holds str or bytes, which the stacking collate cannot hold");
     }
@@ -436,12 +448,12 @@ Sample Flattener::to_sample(py::handle sample) {
     out.set(s.leaves[i]->field, std::move(t));
   }
   out.set(field_name_, Tensor::empty(DType::kUInt8, Shape{0}));
-  leaves_.clear();
   return out;
 }
 
 void Flattener::write(py::handle value, BatchBuilder& out) {
   writer_.start(mode_);
+  const LeavesReleased release{leaves_};
   leaves_.clear();
   walk(value, 0);
   const Structure& s = structure();
@@ -452,7 +464,6 @@ void Flattener::write(py::handle value, BatchBuilder& out) {
     if (bytes.nbytes > 0) std::memcpy(t.raw_data(), bytes.data, bytes.nbytes);
   }
   out.alloc(field_name_, DType::kUInt8, Shape{0});
-  leaves_.clear();
 }
 
 }  // namespace stoker::python

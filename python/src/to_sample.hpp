@@ -53,17 +53,20 @@ class Flattener {
   // `ragged_text` (else TextNeedsRaggedCollate). kSingle: a value written as it is.
   explicit Flattener(Mode mode, bool ragged_text = false) : mode_(mode), ragged_(ragged_text) {}
 
-  // The sample's leaves as owning fields, and its structure field.
-  Sample to_sample(py::handle sample);
+  // The sample's leaves as owning fields, and its structure field. `text_anyway`: str and
+  // bytes leaves are fields whatever the mode (the size probe measures them).
+  Sample to_sample(py::handle sample, bool text_anyway = false);
   // The value's leaves written straight into the batch being built, shapes as they are (a
   // collate_fn's output, or one sample without auto-batching), and its structure field.
   void write(py::handle value, BatchBuilder& out);
 
- private:
+ public:
   struct LeafValue {
     Leaf kind;
     py::object value;
   };
+
+ private:
   // The structure of the walk just made (cached by text).
   const Structure& structure();
   void walk(py::handle value, int depth);

@@ -14,7 +14,7 @@ import torch  # noqa: F401  (before the extension: it hands batches to torch thr
 from . import _stoker
 from . import vision
 from ._worker import WorkerInfo, get_worker_info
-from .dataloader import DataLoader
+from .dataloader import DataLoader, clone
 from .datasets import (ChainDataset, ConcatDataset, FashionMNIST, ImageFolder, ImageList, MNIST,
                        MdsDataset, MixtureDataset, NpyDataset, Subset, TFRecordDataset,
                        TokenDataset, WebDataset, expand_shards, random_split)
@@ -28,7 +28,7 @@ diagnose = _stoker.diagnose
 sample_seed = _stoker.sample_seed
 
 __all__ = [
-    "DataLoader", "get_worker_info", "WorkerInfo", "vision", "sample_seed", "diagnose",
+    "DataLoader", "clone", "get_worker_info", "WorkerInfo", "vision", "sample_seed", "diagnose",
     "LoaderStats", "Diagnosis",
     "ImageFolder", "ImageList", "MNIST", "FashionMNIST", "NpyDataset", "TokenDataset",
     "WebDataset", "TFRecordDataset", "MdsDataset", "Subset", "ConcatDataset", "ChainDataset",

@@ -322,6 +322,30 @@ class DataLoader:
         return self._loader().worker_pids()
 
 
+def clone(batch):
+    """A copy of `batch` in memory of its own: every tensor cloned, the structure kept. A batch's
+    tensors are views of the loader's shared-memory ring and hold their slot until they are
+    freed; keep clones of the batches kept past the loop body (a list of all of them, say), or
+    the loader runs out of slots (HeldBatchesTimeout)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.clone()
+    if isinstance(batch, dict):
+        out = {k: clone(v) for k, v in batch.items()}
+        try:
+            return type(batch)(out)
+        except TypeError:
+            return out
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(clone(v) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        out = [clone(v) for v in batch]
+        try:
+            return type(batch)(out)
+        except TypeError:
+            return out
+    return batch
+
+
 class _Iterator:
     """One epoch of a stoker.DataLoader. Closing it (or dropping it) ends the epoch."""
 

@@ -151,6 +151,10 @@ def _from_engine(kind, message, details):
             return RuntimeError(message)
     else:
         cls = globals().get(kind, Error)
+        if cls is LoaderTimeout:
+            # torch's words first: "DataLoader timed out after 5 seconds".
+            message = "DataLoader timed out after {:g} seconds: {}".format(
+                details["timeout_ms"] / 1000, message)
     error = cls(message)
     for key, value in details.items():
         setattr(error, key, value)

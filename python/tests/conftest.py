@@ -16,6 +16,7 @@ if not os.path.isdir(os.path.join(BUILD, "stoker")):
                        "build/release --target stoker_python), or set STOKER_PYTHON_PATH".format(
                            BUILD))
 sys.path.insert(0, BUILD)
+os.environ["STOKER_PYTHON_PATH"] = BUILD  # for the tests that start another interpreter
 
 from leaks import process_state, wait_clean  # noqa: E402
 
