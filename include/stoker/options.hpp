@@ -59,6 +59,10 @@ struct LoaderOptions {
   bool persistent_workers = false;  // keep workers (and their prefetch) across epochs
   bool in_order = true;             // deliver batches in order; false: whichever is ready first
   std::chrono::milliseconds timeout{0};  // longest wait for one batch; 0 waits forever
+  // The longest wait for a batch that only the program can unblock: every slot the next batch
+  // could use is held by a Batch it keeps, and another thread might release one. 0: as long as
+  // `timeout`. A process with one thread gets HeldBatchesTimeout at once either way.
+  std::chrono::milliseconds held_timeout{0};
   std::uint64_t seed = 0;  // shuffle order, sample_rng() and WorkerInfo::seed derive from it
   // The epoch's indices come from `sampler` (then shuffle must be false), or its batches from
   // `batch_sampler` (then batch_size must stay 1, shuffle and drop_last false, sampler null),

@@ -60,6 +60,7 @@ LoaderOptions base_options(const py::dict& o) {
   opt.persistent_workers = get<bool>(o, "persistent_workers", false);
   opt.in_order = get<bool>(o, "in_order", true);
   opt.timeout = std::chrono::milliseconds(get<std::int64_t>(o, "timeout_ms", 0));
+  opt.held_timeout = std::chrono::milliseconds(get<std::int64_t>(o, "held_timeout_ms", 0));
   opt.seed = get<std::uint64_t>(o, "seed", 0);
   opt.pin_memory = get<bool>(o, "pin_memory", false);
   opt.max_batch_bytes = get<std::size_t>(o, "max_batch_bytes", opt.max_batch_bytes);

@@ -45,8 +45,11 @@ def _mix_seed(seed, epoch):
 class DataLoader:
     """torch.utils.data.DataLoader on stoker's engine: the same arguments and defaults.
 
-    Beyond torch's arguments (keyword only): in_order (deliver batches in order, the default,
-    or as they are ready), seed (the shuffle order and the workers' seeds; default: drawn from
+    Beyond torch's arguments (keyword only): prefetch_factor="auto" (stoker's adaptive depth,
+    2 to 32 batches per worker, deeper while the program waits and workers sit blocked),
+    in_order (deliver batches in order, the default, or as they are ready), held_timeout
+    (seconds a fetch waits when every slot the next batch could use is held by batches the
+    program keeps, before HeldBatchesTimeout; 0: as long as `timeout`), seed (the shuffle order and the workers' seeds; default: drawn from
     `generator`, or from torch's default generator), and the engine's options: on_worker_crash
     ("fail" or "respawn"), max_respawns, on_sample_error ("fail" or "skip"),
     max_skipped_samples, max_batches_per_worker, max_batch_bytes, check_memory, memory_limit,
@@ -59,23 +62,26 @@ class DataLoader:
                  num_workers=0, collate_fn=None, pin_memory=False, drop_last=False, timeout=0,
                  worker_init_fn=None, multiprocessing_context=None, generator=None, *,
                  prefetch_factor=None, persistent_workers=False, pin_memory_device="",
-                 in_order=True, seed=None, on_worker_crash="fail", max_respawns=3,
+                 in_order=True, seed=None, held_timeout=2.0, on_worker_crash="fail",
+                 max_respawns=3,
                  on_sample_error="fail", max_skipped_samples=100, max_batches_per_worker=0,
                  max_batch_bytes=None, check_memory=True, memory_limit=None,
                  memory_fraction=0.8, sample_bytes=None, bind_workers=False, trace_path=None):
         # The checks and their texts are torch 1.13's (torch/utils/data/dataloader.py), in its
-        # order; prefetch_factor=None is torch 2's default (stoker's adaptive depth).
+        # order. prefetch_factor=None is torch 2's default: 2 batches per worker; "auto" is
+        # stoker's adaptive depth (deeper while the program waits and workers sit idle).
         if num_workers < 0:
             raise ValueError('num_workers option should be non-negative; '
                              'use num_workers=0 to disable multiprocessing.')
         if timeout < 0:
             raise ValueError('timeout option should be non-negative')
-        if num_workers == 0 and prefetch_factor not in (None, 2):
+        if num_workers == 0 and prefetch_factor not in (None, 2, "auto"):
             raise ValueError('prefetch_factor option could only be specified in multiprocessing.'
                              'let num_workers > 0 to enable multiprocessing.')
-        if prefetch_factor is not None and prefetch_factor <= 0:
-            raise ValueError('prefetch_factor option should be positive, but got '
-                             'prefetch_factor={}'.format(prefetch_factor))
+        if prefetch_factor not in (None, "auto") and (
+                not isinstance(prefetch_factor, int) or prefetch_factor <= 0):
+            raise ValueError('prefetch_factor option should be a positive int or "auto", but '
+                             'got prefetch_factor={!r}'.format(prefetch_factor))
         if persistent_workers and num_workers == 0:
             raise ValueError('persistent_workers option needs num_workers > 0')
         if multiprocessing_context is not None:
@@ -170,10 +176,12 @@ class DataLoader:
             "shuffle": shuffle and self._own_sampler,
             "drop_last": drop_last,
             "num_workers": num_workers,
-            "prefetch_factor": 0 if prefetch_factor is None else prefetch_factor,
+            "prefetch_factor": (0 if prefetch_factor == "auto" else
+                                2 if prefetch_factor is None else prefetch_factor),
             "persistent_workers": persistent_workers,
             "in_order": in_order,
             "timeout_ms": int(math.ceil(timeout * 1000)),
+            "held_timeout_ms": int(math.ceil(held_timeout * 1000)),
             "seed": seed & 0xFFFFFFFFFFFFFFFF,
             "pin_memory": pinned,
             "iterable": iterable,
@@ -195,6 +203,8 @@ class DataLoader:
             "bind_workers": bind_workers,
             "trace_path": trace_path,
         }
+        if held_timeout < 0:
+            raise ValueError("held_timeout option should be non-negative")
         if on_worker_crash not in ("fail", "respawn"):
             raise ValueError("on_worker_crash should be 'fail' or 'respawn', but got "
                              "on_worker_crash={!r}".format(on_worker_crash))

@@ -159,15 +159,16 @@ class TokenDataset(_Native):
             format, _stoker.structure_text(("T:input", "T:target")))
 
 
-_DECODER_KINDS = {"int": "I", "npy": "T", "bytes": "Y", "str": "S", "image": "T"}
+_DECODER_KINDS = {"int": "I", "npy": "T", "bytes": "Y", "str": "S", "image": "T", "tensor": "T"}
 
 
-def _shard_fields(fields, name):
+def _shard_fields(fields, name, by_name):
     """[(record field, output name, decoder)] and the structure template from `fields`: a list
     of record field names, or a dict {record field: output name, or (output name, decoder)}.
     A decoder is a stoker.vision transform or Compose (an image), or 'int', 'npy', 'bytes',
-    'str'; without one, the field's name decides (stoker's defaults: .cls is an int, .npy an
-    array, .jpg / .png / .webp an image, anything else bytes)."""
+    'str'; without one, a WebDataset field's name decides (`by_name`: stoker's defaults, .cls
+    is an int, .npy an array, .jpg / .png / .webp an image, anything else bytes) and a TFRecord
+    feature or MDS column is a tensor (its bytes and text need 'bytes' or 'str')."""
     if not fields:
         raise ValueError("stoker.{}: give `fields`, the record fields to load (for example "
                          "{{'jpg': 'image', 'cls': 'label'}})".format(name))
@@ -179,9 +180,9 @@ def _shard_fields(fields, name):
         if isinstance(out, tuple):
             out, decoder = out
         if decoder is None:
-            kind = _stoker.default_field_kind(record.split(";")[0])
+            kind = _stoker.default_field_kind(record.split(";")[0]) if by_name else "tensor"
         elif isinstance(decoder, str):
-            if decoder not in _DECODER_KINDS or decoder == "image":
+            if decoder not in _DECODER_KINDS or decoder in ("image", "tensor"):
                 raise ValueError("stoker.{}: the decoder of {!r} is a stoker.vision transform or "
                                  "one of 'int', 'npy', 'bytes', 'str', not {!r}".format(
                                      name, record, decoder))
@@ -208,7 +209,7 @@ class WebDataset(_Native):
 
     def __init__(self, shards, fields, *, stream=False, shuffle=True, shuffle_buffer=1000, seed=0,
                  rank=0, world_size=1, drop_uneven=False):
-        specs, structure = _shard_fields(fields, "WebDataset")
+        specs, structure = _shard_fields(fields, "WebDataset", True)
         self._stoker_native = _stoker.webdataset(
             _shard_list(shards), specs, structure,
             _stream_options(stream, shuffle, shuffle_buffer, seed, rank, world_size, drop_uneven))
@@ -220,7 +221,7 @@ class TFRecordDataset(_Native):
 
     def __init__(self, files, fields, *, scalar_features=(), stream=False, shuffle=True,
                  shuffle_buffer=1000, seed=0, rank=0, world_size=1, drop_uneven=False):
-        specs, structure = _shard_fields(fields, "TFRecordDataset")
+        specs, structure = _shard_fields(fields, "TFRecordDataset", False)
         self._stoker_native = _stoker.tfrecord(
             _shard_list(files), specs, structure, list(scalar_features),
             _stream_options(stream, shuffle, shuffle_buffer, seed, rank, world_size, drop_uneven))
@@ -232,7 +233,7 @@ class MdsDataset(_Native):
 
     def __init__(self, directory, fields, *, stream=False, shuffle=True, shuffle_buffer=1000,
                  seed=0, rank=0, world_size=1, drop_uneven=False):
-        specs, structure = _shard_fields(fields, "MdsDataset")
+        specs, structure = _shard_fields(fields, "MdsDataset", False)
         self._stoker_native = _stoker.mds(
             os.fspath(directory), specs, structure,
             _stream_options(stream, shuffle, shuffle_buffer, seed, rank, world_size, drop_uneven))

@@ -151,7 +151,17 @@ def _from_engine(kind, message, details):
             return RuntimeError(message)
     else:
         cls = globals().get(kind, Error)
-        if cls is LoaderTimeout:
+        if cls is HeldBatchesTimeout:
+            # The engine's advice in Python's terms.
+            message = message.replace(
+                "A Batch is a view into shared memory whose slot is reused only when the Batch "
+                "is destroyed: keep batch.clone() instead of the Batch, or raise prefetch_factor",
+                "A batch's tensors are views of shared memory whose slot is reused only when the "
+                "last of them is freed: keep stoker.clone(batch) instead of the batch, raise "
+                "prefetch_factor, or use prefetch_factor=\"auto\" (it grows while batches are "
+                "held)").replace("LoaderOptions::held_timeout", "held_timeout").replace(
+                "LoaderOptions::timeout", "timeout")
+        elif cls is LoaderTimeout:
             # torch's words first: "DataLoader timed out after 5 seconds".
             message = "DataLoader timed out after {:g} seconds: {}".format(
                 details["timeout_ms"] / 1000, message)

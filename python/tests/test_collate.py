@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader as TorchLoader
 
 import stoker
-from helpers import ListDataset, assert_same
+from helpers import ListDataset, assert_same, collect
 
 Point = collections.namedtuple("Point", ["x", "y"])
 
@@ -78,7 +78,7 @@ CASES.update({
 def test_default_collate_matches_torch(case, num_workers):
     dataset = ListDataset(10, CASES[case])
     theirs = list(TorchLoader(dataset, batch_size=4))
-    ours = list(stoker.DataLoader(dataset, batch_size=4, num_workers=num_workers))
+    ours = collect(stoker.DataLoader(dataset, batch_size=4, num_workers=num_workers))
     if case == "requires_grad":
         # torch keeps the graph through torch.stack; a batch in shared memory has none.
         theirs = [t.detach() for t in theirs]
@@ -93,7 +93,7 @@ def test_no_auto_batching_matches_default_convert(num_workers):
     dataset = ListDataset(5, lambda i: {"a": np.full(2, i), "n": i, "s": "x" * i,
                                         "t": (torch.ones(1) * i, 2.5), "p": Point(i, [i])})
     theirs = list(TorchLoader(dataset, batch_size=None))
-    ours = list(stoker.DataLoader(dataset, batch_size=None, num_workers=num_workers))
+    ours = collect(stoker.DataLoader(dataset, batch_size=None, num_workers=num_workers))
     assert_same(ours, theirs)
 
 
@@ -121,7 +121,7 @@ def test_collate_fn_runs_in_the_worker(num_workers):
         out["worker"] = -1 if info is None else info.id
         return out
     theirs = list(TorchLoader(dataset, batch_size=4, collate_fn=pad_collate))
-    ours = list(stoker.DataLoader(dataset, batch_size=4, num_workers=num_workers,
+    ours = collect(stoker.DataLoader(dataset, batch_size=4, num_workers=num_workers,
                                   collate_fn=collate))
     workers = [b.pop("worker") for b in ours]
     assert_same(ours, theirs)

@@ -53,7 +53,7 @@ def test_exception_in_getitem_arrives_with_traceback_index_and_worker():
     assert "bad sample 5" in e.worker_traceback
     # As in torch, the loader goes on with the next batch.
     assert next(it).tolist() == [[6, 6], [7, 7]]
-    assert len(list(it)) == 2
+    assert sum(1 for _ in it) == 2
 
 
 
@@ -262,7 +262,7 @@ def test_ctrl_c_ends_the_epoch_and_the_loader_goes_on():
         except KeyboardInterrupt:
             print("interrupted; workers", len(loader.worker_pids()))
         hanging[0] = False  # the next epoch's workers are forked with this
-        print("next epoch", len(list(loader)))
+        print("next epoch", sum(1 for _ in loader))
     """)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["interrupted; workers 0", "next epoch 10"]

@@ -41,7 +41,7 @@ def test_batch_tensors_live_in_the_ring(num_workers):
 
 def test_a_slot_is_released_by_its_last_tensor():
     loader = stoker.DataLoader(vector_dataset(40), batch_size=4, num_workers=1,
-                               prefetch_factor=2, timeout=1)
+                               prefetch_factor=2, held_timeout=0.5)
     it = iter(loader)
     first = next(it)
     second = next(it)
@@ -49,13 +49,26 @@ def test_a_slot_is_released_by_its_last_tensor():
     del first
     gc.collect()
     # Both slots of the worker are held (one through `kept`): no batch can come.
-    with pytest.raises(stoker.HeldBatchesTimeout):
+    with pytest.raises(stoker.HeldBatchesTimeout) as caught:
         next(it)
+    assert "the program still holds 2 batches" in str(caught.value)
+    assert "keep stoker.clone(batch) instead of the batch" in str(caught.value)
+    assert "held_timeout" in str(caught.value)
     assert kept[0, 0].item() == 8.0  # what is held stays valid
     del kept, second
     gc.collect()
-    it = iter(loader)  # the epoch that timed out ended; a new one runs now
-    assert sum(b["x"].shape[0] for b in it) == 40
+    assert next(it)["x"][0, 0].item() == 8 * 8  # released: the epoch goes on
+    assert sum(b["x"].shape[0] for b in it) == 40 - 12
+
+
+def test_keeping_every_batch_fails_fast_with_advice():
+    loader = stoker.DataLoader(vector_dataset(64), batch_size=4, num_workers=2, held_timeout=0.5)
+    with pytest.raises(stoker.HeldBatchesTimeout, match="stoker.clone"):
+        list(loader)
+    # The adaptive depth grows while batches are held.
+    loader = stoker.DataLoader(vector_dataset(64), batch_size=4, num_workers=2,
+                               prefetch_factor="auto")
+    assert len(list(loader)) == 16
 
 
 def test_clone_copies_a_batch_out_of_the_ring():

@@ -132,6 +132,14 @@ void LoaderCore::Impl::wait(Clock::time_point wait_start, bool held_blocked,
     }
     limit = left;
   }
+  if (held_blocked && options.held_timeout.count() > 0) {
+    const auto left = std::chrono::ceil<milliseconds>(wait_start + options.held_timeout - now);
+    if (left.count() <= 0) {
+      if (progress_possible()) return;
+      throw held_timeout(now - wait_start);
+    }
+    if (limit.count() < 0 || left < limit) limit = left;
+  }
   if (held_blocked) {
     const auto until_warning =
         std::chrono::ceil<milliseconds>(warned_at + kHeldWarningInterval - now);

@@ -1,6 +1,7 @@
-// The hooks an embedding runtime relies on: fork hooks (stoker/fork_hooks.hpp) around every
-// fork a loader makes (workers, respawns, the size probe), and LoaderOptions::on_wait while a
-// fetch sleeps. The Python package uses both (python/src); these tests hold the engine to them
+// What an embedding runtime relies on: fork hooks (stoker/fork_hooks.hpp) around every fork a
+// loader makes (workers, respawns, the size probe), LoaderOptions::on_wait while a fetch sleeps,
+// and LoaderOptions::held_timeout for a program that keeps every batch in a process with other
+// threads. The Python package uses all three (python/src); these tests hold the engine to them
 // without Python.
 #include <unistd.h>
 
@@ -228,4 +229,50 @@ TEST_CASE("on_wait runs while a fetch sleeps, and its exception ends the epoch",
     REQUIRE(samples == 16);  // the next epoch runs in full
   }
   STOKER_REQUIRE_CLEAN(baseline);
+}
+
+TEST_CASE("held_timeout ends a wait for a batch only the program can release", "[held_timeout]") {
+  // Another thread, so that the loader waits for a release instead of raising at once.
+  std::atomic<bool> done{false};
+  std::thread other([&done] {
+    while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  });
+  LoaderOptions opt;
+  opt.batch_size = 2;
+  opt.num_workers = 1;
+  opt.prefetch_factor = 2;
+  opt.timeout = std::chrono::seconds(20);  // a bound: without held_timeout it is this one
+  opt.held_timeout = std::chrono::milliseconds(300);
+  DataLoader loader(IndexDataset{40, {}}, opt);
+  auto it = loader.begin();
+  std::vector<Batch> kept;
+  kept.push_back(*it);
+  ++it;
+  kept.push_back(*it);
+  const auto start = std::chrono::steady_clock::now();
+  std::string error;
+  try {
+    ++it;
+  } catch (const HeldBatchesTimeout& e) {
+    error = e.what();
+    REQUIRE(e.held_batches() == 2);
+    REQUIRE(e.details().timeout == std::chrono::milliseconds(300));
+  }
+  done = true;
+  other.join();
+  REQUIRE(test::seconds_since(start) < 15);
+  REQUIRE_THAT(error, Catch::Contains("the program still holds 2 batches") &&
+                          Catch::EndsWith("ms, LoaderOptions::held_timeout)"));
+  kept.clear();
+  ++it;  // released: the epoch goes on
+  REQUIRE(it != loader.end());
+  REQUIRE(it->indices()[0] == 4);
+}
+
+TEST_CASE("held_timeout must not be negative", "[held_timeout]") {
+  LoaderOptions opt;
+  opt.held_timeout = std::chrono::milliseconds(-1);
+  REQUIRE_THROWS_WITH(validate(opt),
+                      "LoaderOptions::held_timeout is -1 ms; it must be >= 0 (0: "
+                      "as long as timeout)");
 }
