@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "stoker/composition.hpp"
+#include "stoker/detail/loader_core.hpp"
 #include "stoker/image_folder_dataset.hpp"
 #include "stoker/image_list_dataset.hpp"
 #include "stoker/mds_dataset.hpp"
@@ -167,28 +168,22 @@ StreamOptions stream_options(const py::dict& o) {
   return s;
 }
 
-// MNIST's image as [1, 28, 28], as torchvision's ToTensor gives it, and normalised as its
-// Normalize((mean,), (std,)) computes it in float32.
-struct ChannelFirstMnist {
+// MNIST normalised as torchvision's Normalize((mean,), (std,)) computes it in float32 (the
+// engine's MnistDataset already gives ToTensor's [1, 28, 28] in [0, 1]).
+struct NormalizedMnist {
   MnistDataset dataset;
   std::optional<float> mean;
   std::optional<float> std;
   std::size_t size() const { return dataset.size(); }
   Sample get(std::size_t i) const {
     Sample s = dataset.get(i);
+    if (!mean || !std) return s;
     const Tensor& image = s["image"];
-    std::vector<std::int64_t> dims{1};
-    dims.insert(dims.end(), image.shape().begin(), image.shape().end());
-    if (mean && std) {
-      Tensor out = Tensor::empty(DType::kFloat32, Shape(dims));
-      const float* in = image.data<float>();
-      float* px = out.data<float>();
-      for (std::size_t k = 0; k < image.numel(); ++k) px[k] = (in[k] - *mean) / *std;
-      s.set("image", std::move(out));
-      return s;
-    }
-    auto keep = std::make_shared<Tensor>(image);
-    s.set("image", Tensor::view(image.dtype(), Shape(dims), keep->raw_data(), keep));
+    Tensor out = Tensor::empty(DType::kFloat32, image.shape());
+    const float* in = image.data<float>();
+    float* px = out.data<float>();
+    for (std::size_t k = 0; k < image.numel(); ++k) px[k] = (in[k] - *mean) / *std;
+    s.set("image", std::move(out));
     return s;
   }
 };
@@ -228,6 +223,9 @@ void bind_native(py::module_& m) {
              Sample sample;
              {
                const py::gil_scoped_release nogil;
+               // Outside a loader, random transforms draw as for this index in epoch 0 with
+               // seed 0 (as the memory probe's samples do): ds[i] is the same on every call.
+               detail::begin_probe_sample(static_cast<std::size_t>(index));
                sample = d.map->get(static_cast<std::size_t>(index));
              }
              return Rebuilder().sample(sample, *d.structure);
@@ -285,7 +283,7 @@ void bind_native(py::module_& m) {
           const py::gil_scoped_release nogil;
           ds.emplace(root, train ? MnistDataset::Mode::kTrain : MnistDataset::Mode::kTest, options);
         }
-        return map_dataset(ChannelFirstMnist{std::move(*ds), mean, std}, structure);
+        return map_dataset(NormalizedMnist{std::move(*ds), mean, std}, structure);
       },
       py::arg("root"), py::arg("train"), py::arg("dtype"), py::arg("mean"), py::arg("std"),
       py::arg("structure"));

@@ -90,7 +90,8 @@ def test_exception_types_survive_the_trip():
 
 def test_without_workers_the_original_exception_is_raised():
     with pytest.raises(ValueError) as caught:
-        list(stoker.DataLoader(ListDataset(12, failing), batch_size=2))
+        for _ in stoker.DataLoader(ListDataset(12, failing), batch_size=2):
+            pass
     assert str(caught.value) == "bad sample 5"
     assert type(caught.value) is ValueError
 

@@ -3,6 +3,8 @@ shared-memory slot, a slot goes back to the workers when the last tensor of its 
 stoker.clone() copies a batch out, and pin_memory pins where CUDA is present."""
 
 import gc
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -45,16 +47,26 @@ def test_a_slot_is_released_by_its_last_tensor():
     it = iter(loader)
     first = next(it)
     second = next(it)
-    kept = first["x"][1:3]  # a view of a view: still the slot's memory
+    kept = first["x"]  # one tensor keeps the whole first slot
     del first
     gc.collect()
-    # Both slots of the worker are held (one through `kept`): no batch can come.
-    with pytest.raises(stoker.HeldBatchesTimeout) as caught:
-        next(it)
+    # Both slots of the worker are held (one through `kept`): no batch can come. With another
+    # thread that could free one, the fetch waits held_timeout first.
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(stoker.HeldBatchesTimeout) as caught:
+            next(it)
+    finally:
+        stop.set()
+        other.join()
+    assert 0.4 < time.monotonic() - start < 10
     assert "the program still holds 2 batches" in str(caught.value)
     assert "keep stoker.clone(batch) instead of the batch" in str(caught.value)
-    assert "held_timeout" in str(caught.value)
-    assert kept[0, 0].item() == 8.0  # what is held stays valid
+    assert str(caught.value).endswith(" ms, held_timeout)")
+    assert kept[1, 0].item() == 8.0  # what is held stays valid
     del kept, second
     gc.collect()
     assert next(it)["x"][0, 0].item() == 8 * 8  # released: the epoch goes on
