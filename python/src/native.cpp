@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "stoker/mixture_dataset.hpp"
 #include "stoker/mnist_dataset.hpp"
 #include "stoker/npy_dataset.hpp"
+#include "stoker/random.hpp"
 #include "stoker/shards.hpp"
 #include "stoker/tfrecord_dataset.hpp"
 #include "stoker/token_dataset.hpp"
@@ -223,9 +225,14 @@ void bind_native(py::module_& m) {
              Sample sample;
              {
                const py::gil_scoped_release nogil;
-               // Outside a loader, random transforms draw as for this index in epoch 0 with
+               // Inside a loader's get() (a Python dataset that reads this one), the sample's
+               // generator; outside, random transforms draw as for this index in epoch 0 with
                // seed 0 (as the memory probe's samples do): ds[i] is the same on every call.
-               detail::begin_probe_sample(static_cast<std::size_t>(index));
+               try {
+                 (void)sample_rng();
+               } catch (const std::logic_error&) {
+                 detail::begin_probe_sample(static_cast<std::size_t>(index));
+               }
                sample = d.map->get(static_cast<std::size_t>(index));
              }
              return Rebuilder().sample(sample, *d.structure);

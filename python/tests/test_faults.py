@@ -148,6 +148,29 @@ def test_a_killed_worker_raises_worker_crashed():
     assert loader.worker_pids() == []
 
 
+def segfaulting(i):
+    if i == 9 and tud.get_worker_info() is not None:  # torch's or stoker's worker
+        import ctypes
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+    return np.full(2, i)
+
+
+def test_a_segfaulting_worker_raises_worker_crashed():
+    # torch raises a RuntimeError ("DataLoader worker (pid N) is killed by signal: Segmentation
+    # fault.", or "... exited unexpectedly"), or, when the worker dies while handing over a
+    # tensor's descriptor, a ConnectionRefusedError from its descriptor sharer (and keeps its
+    # descriptors). stoker raises WorkerCrashed, a RuntimeError naming the signal.
+    loader = stoker.DataLoader(ListDataset(16, segfaulting), batch_size=2, num_workers=2)
+    with pytest.raises(stoker.WorkerCrashed) as caught:
+        for _ in loader:
+            pass
+    e = caught.value
+    assert isinstance(e, RuntimeError)
+    assert e.signal == signal.SIGSEGV and e.index == 9 and e.batch == 4 and e.worker_id == 0
+    assert "killed by signal 11 (SIGSEGV)" in str(e)
+    assert loader.worker_pids() == []
+
+
 def test_respawn_replaces_a_killed_worker():
     flag = "/tmp/stoker-test-respawn-{}".format(os.getpid())
 
@@ -240,6 +263,39 @@ def test_ctrl_c_stops_and_reaps_the_workers(to_group):
     while any(os.path.exists("/proc/{}".format(p)) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(os.path.exists("/proc/{}".format(p)) for p in pids)
+
+
+def gone(pid):
+    """The process has exited: no /proc entry, or a zombie its new parent has not reaped."""
+    try:
+        with open("/proc/{}/stat".format(pid)) as f:
+            stat = f.read()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
+
+
+def test_killing_the_main_process_ends_its_workers():
+    # Both workers sleep inside __getitem__ (the lifeline ends them there too).
+    proc = subprocess.Popen(script_command(CTRL_C_SCRIPT), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("pids "), line + proc.stderr.read()
+        pids = [int(p) for p in line.split()[1:]]
+        assert len(pids) == 2
+        time.sleep(0.3)
+        proc.kill()  # SIGKILL: no handler, no destructor runs in the main process
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 10
+    while not all(gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(gone(p) for p in pids), [open("/proc/{}/stat".format(p)).read() for p in pids
+                                        if not gone(p)]
 
 
 def test_ctrl_c_ends_the_epoch_and_the_loader_goes_on():
