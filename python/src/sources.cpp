@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "stoker/worker_info.hpp"
 
@@ -21,6 +22,16 @@ pid_t g_started_pid = 0;
 bool g_started_by_get = false;
 
 py::object worker_module() { return py::module_::import("stoker._worker"); }
+
+// The last `n` objects of `held` (at most all of them), which is emptied.
+std::vector<py::object> take_last(std::vector<py::object>& held, std::size_t n) {
+  std::vector<py::object> out;
+  if (n > held.size()) n = held.size();
+  out.assign(std::make_move_iterator(held.end() - static_cast<std::ptrdiff_t>(n)),
+             std::make_move_iterator(held.end()));
+  held.clear();
+  return out;
+}
 
 }  // namespace
 
@@ -91,14 +102,7 @@ Sample PyMapSource::get(std::size_t index) {
   }
 }
 
-std::vector<py::object> PyMapSource::take(std::size_t n) {
-  std::vector<py::object> out;
-  if (n > held_.size()) n = held_.size();
-  out.assign(std::make_move_iterator(held_.end() - static_cast<std::ptrdiff_t>(n)),
-             std::make_move_iterator(held_.end()));
-  held_.clear();
-  return out;
-}
+std::vector<py::object> PyMapSource::take(std::size_t n) { return take_last(held_, n); }
 
 PyStreamSource::PyStreamSource(std::shared_ptr<PythonHooks> hooks, Collation collation)
     : hooks_(std::move(hooks)),
@@ -151,14 +155,7 @@ std::optional<Sample> PyStreamSource::next() {
   }
 }
 
-std::vector<py::object> PyStreamSource::take(std::size_t n) {
-  std::vector<py::object> out;
-  if (n > held_.size()) n = held_.size();
-  out.assign(std::make_move_iterator(held_.end() - static_cast<std::ptrdiff_t>(n)),
-             std::make_move_iterator(held_.end()));
-  held_.clear();
-  return out;
-}
+std::vector<py::object> PyStreamSource::take(std::size_t n) { return take_last(held_, n); }
 
 CollateFn ragged_text_collate() {
   // Per process: the collate of each structure seen, by its text.

@@ -238,33 +238,6 @@ CTRL_C_SCRIPT = """
 """
 
 
-@pytest.mark.parametrize("to_group", [False, True])
-def test_ctrl_c_stops_and_reaps_the_workers(to_group):
-    proc = subprocess.Popen(script_command(CTRL_C_SCRIPT), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("pids "), line + proc.stderr.read()
-        pids = [int(p) for p in line.split()[1:]]
-        assert len(pids) == 2
-        time.sleep(0.3)  # the main process is waiting inside a fetch
-        if to_group:
-            os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: workers get it too
-        else:
-            os.kill(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode != 0
-    assert "KeyboardInterrupt" in err
-    deadline = time.monotonic() + 10
-    while any(os.path.exists("/proc/{}".format(p)) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(os.path.exists("/proc/{}".format(p)) for p in pids)
-
-
 def gone(pid):
     """The process has exited: no /proc entry, or a zombie its new parent has not reaped."""
     try:
@@ -275,8 +248,10 @@ def gone(pid):
     return stat[stat.rindex(")") + 2] == "Z"
 
 
-def test_killing_the_main_process_ends_its_workers():
-    # Both workers sleep inside __getitem__ (the lifeline ends them there too).
+def signal_hanging_loader(send):
+    """Runs CTRL_C_SCRIPT in its own session, calls send(proc) once the main process waits in a
+    fetch (both workers sleep inside __getitem__), and returns (returncode, stderr) once it
+    ended, after its workers did (each within 10 s)."""
     proc = subprocess.Popen(script_command(CTRL_C_SCRIPT), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -284,9 +259,9 @@ def test_killing_the_main_process_ends_its_workers():
         assert line.startswith("pids "), line + proc.stderr.read()
         pids = [int(p) for p in line.split()[1:]]
         assert len(pids) == 2
-        time.sleep(0.3)
-        proc.kill()  # SIGKILL: no handler, no destructor runs in the main process
-        proc.wait(timeout=30)
+        time.sleep(0.3)  # the main process is waiting inside a fetch
+        send(proc)
+        _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -294,8 +269,25 @@ def test_killing_the_main_process_ends_its_workers():
     deadline = time.monotonic() + 10
     while not all(gone(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert all(gone(p) for p in pids), [open("/proc/{}/stat".format(p)).read() for p in pids
-                                        if not gone(p)]
+    assert all(gone(p) for p in pids), [p for p in pids if not gone(p)]
+    return proc.returncode, err
+
+
+@pytest.mark.parametrize("to_group", [False, True])
+def test_ctrl_c_stops_and_reaps_the_workers(to_group):
+    if to_group:  # as a terminal's Ctrl-C: the workers get it too
+        returncode, err = signal_hanging_loader(lambda p: os.killpg(p.pid, signal.SIGINT))
+    else:
+        returncode, err = signal_hanging_loader(lambda p: os.kill(p.pid, signal.SIGINT))
+    assert returncode != 0
+    assert "KeyboardInterrupt" in err
+
+
+def test_killing_the_main_process_ends_its_workers():
+    # SIGKILL: no handler and no destructor run in the main process; the lifeline ends the
+    # workers, inside __getitem__ too.
+    returncode, _ = signal_hanging_loader(lambda p: p.kill())
+    assert returncode == -signal.SIGKILL
 
 
 def test_ctrl_c_ends_the_epoch_and_the_loader_goes_on():

@@ -76,6 +76,14 @@ std::string row_text(const Batch& batch, std::size_t row) {
   return out;
 }
 
+// One worker, and no size probe: only the worker forks.
+LoaderOptions one_worker() {
+  LoaderOptions opt;
+  opt.num_workers = 1;
+  opt.sample_bytes = 64;
+  return opt;
+}
+
 }  // namespace
 
 TEST_CASE("fork hooks run around each worker's fork, prepare in reverse order", "[fork_hooks]") {
@@ -134,10 +142,7 @@ TEST_CASE("a prepare hook that throws cancels the fork", "[fork_hooks]") {
   {
     const ScopedHooks first(logging_hooks('a'));
     const ScopedHooks failing(ForkHooks{[] { throw std::runtime_error("not now"); }, {}, {}});
-    LoaderOptions opt;
-    opt.num_workers = 1;
-    opt.sample_bytes = 64;
-    DataLoader loader(LogDataset{}, opt);
+    DataLoader loader(LogDataset{}, one_worker());
     REQUIRE_THROWS_WITH(loader.begin(), "not now");
     // The failing one runs first (registered last); the other was never prepared.
     REQUIRE(g_log.prepared == 0);
@@ -151,10 +156,7 @@ TEST_CASE("a prepare hook that throws undoes the hooks already prepared", "[fork
   g_log = {};
   const ScopedHooks failing(ForkHooks{[] { throw std::runtime_error("not now"); }, {}, {}});
   const ScopedHooks later(logging_hooks('a'));  // prepared first, so its parent step runs
-  LoaderOptions opt;
-  opt.num_workers = 1;
-  opt.sample_bytes = 64;
-  DataLoader loader(LogDataset{}, opt);
+  DataLoader loader(LogDataset{}, one_worker());
   REQUIRE_THROWS_WITH(loader.begin(), "not now");
   REQUIRE(g_log.prepared == 1);
   REQUIRE(g_log.parented == 1);
@@ -165,10 +167,7 @@ TEST_CASE("a child hook that throws is the worker's start-up error", "[fork_hook
   {
     const ScopedHooks failing(
         ForkHooks{{}, {}, [] { throw std::runtime_error("interpreter not ready"); }});
-    LoaderOptions opt;
-    opt.num_workers = 1;
-    opt.sample_bytes = 64;
-    DataLoader loader(LogDataset{}, opt);
+    DataLoader loader(LogDataset{}, one_worker());
     try {
       for (const Batch& batch : loader) (void)batch;
       FAIL("the epoch should have failed");
@@ -245,10 +244,8 @@ TEST_CASE("held_timeout ends a wait for a batch only the program can release", "
   opt.held_timeout = std::chrono::milliseconds(300);
   DataLoader loader(IndexDataset{40, {}}, opt);
   auto it = loader.begin();
-  std::vector<Batch> kept;
-  kept.push_back(*it);
-  ++it;
-  kept.push_back(*it);
+  std::vector<Batch> kept{*it};  // the worker's two slots, both held
+  kept.push_back(*++it);
   const auto start = std::chrono::steady_clock::now();
   std::string error;
   try {
