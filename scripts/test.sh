@@ -35,10 +35,15 @@ for preset in "${presets[@]}"; do
   cmake --preset "$preset" >/dev/null
   cmake --build --preset "$preset"
   ctest --preset "$preset" "${label_args[@]}"
-  if [ "$preset" = release ] && [ -d build/release/python/stoker ]; then
-    echo "=== stoker: Python package tests (python/tests, pytest)"
-    STOKER_PYTHON_PATH=build/release/python /usr/bin/python3 -m pytest -v -rs \
-      -p no:cacheprovider python/tests
+  if [ "$preset" = release ]; then
+    if [ -d build/release/python/stoker ]; then
+      echo "=== stoker: Python package tests (python/tests, pytest)"
+      STOKER_PYTHON_PATH=build/release/python /usr/bin/python3 -m pytest -v -rs \
+        -p no:cacheprovider python/tests
+    else
+      echo "=== stoker: Python package tests skipped: the package was not built" \
+        "(STOKER_BUILD_PYTHON is OFF; it needs python3-dev and pybind11-dev)"
+    fi
   fi
 done
 if [ $fuzz -eq 1 ]; then
