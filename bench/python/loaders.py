@@ -110,7 +110,8 @@ def make_dataset(workload, data_dir, loader_name):
 
 def checksum(batch):
     import torch
-    first = batch["x"] if isinstance(batch, dict) else batch[0] if isinstance(batch, list) else batch
+    first = (batch["x"] if isinstance(batch, dict) else
+             batch[0] if isinstance(batch, list) else batch)
     return float(first.reshape(first.shape[0], -1)[:, :8].double().sum())
 
 

@@ -49,11 +49,12 @@ class DataLoader:
     2 to 32 batches per worker, deeper while the program waits and workers sit blocked),
     in_order (deliver batches in order, the default, or as they are ready), held_timeout
     (seconds a fetch waits when every slot the next batch could use is held by batches the
-    program keeps, before HeldBatchesTimeout; 0: as long as `timeout`), seed (the shuffle order and the workers' seeds; default: drawn from
-    `generator`, or from torch's default generator), and the engine's options: on_worker_crash
-    ("fail" or "respawn"), max_respawns, on_sample_error ("fail" or "skip"),
-    max_skipped_samples, max_batches_per_worker, max_batch_bytes, check_memory, memory_limit,
-    memory_fraction, sample_bytes, bind_workers, trace_path.
+    program keeps, before HeldBatchesTimeout; 0: as long as `timeout`), seed (the shuffle
+    order and the workers' seeds; default: drawn from `generator`, or from torch's default
+    generator), and the engine's options: on_worker_crash ("fail" or "respawn"), max_respawns,
+    on_sample_error ("fail" or "skip"), max_skipped_samples, max_batches_per_worker,
+    max_batch_bytes, check_memory, memory_limit, memory_fraction, sample_bytes (the largest
+    sample's bytes: no probe process before the first batch), bind_workers, trace_path.
     """
 
     __initialized = False
