@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "stoker/composition.hpp"
-#include "stoker/detail/loader_core.hpp"
+#include "stoker/detail/batch_sink.hpp"
 #include "stoker/image_folder_dataset.hpp"
 #include "stoker/image_list_dataset.hpp"
 #include "stoker/mds_dataset.hpp"

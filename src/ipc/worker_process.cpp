@@ -21,9 +21,9 @@
 
 #include "data/buffer_cache.hpp"
 #include "data/error_text.hpp"
+#include "data/spin.hpp"
 #include "ipc/fork_hooks.hpp"
 #include "ipc/slot_writer.hpp"
-#include "ipc/spin.hpp"
 #include "os/proc.hpp"
 #include "stoker/errors.hpp"
 
