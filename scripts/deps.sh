@@ -17,6 +17,7 @@ stoker_required_packages=(
   libarchive-dev                # compressed record shards (.tar.gz, .tar.zst)
   python3-numpy  # tests cross-check .npy files written by NumPy
   python3-pil python3-torchvision  # the vision parity tests compare with torchvision
+  pybind11-dev python3-dev python3-pytest python3-torch  # the Python package (python/), its tests
   libtorch-dev   # examples/libtorch_interop and dlpack_layout_check (skipped when absent)
   clang libclang-rt-14-dev  # the libFuzzer targets, scripts/fuzz.sh (skipped when absent)
 )
