@@ -1,0 +1,139 @@
+#include "datasets/shard_order.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <optional>
+
+#include "datasets/index_permutation.hpp"
+#include "stoker/random.hpp"
+
+namespace stoker::detail {
+namespace {
+
+// Keys that keep the epoch's generators apart: the shard order, and each block's permutation.
+constexpr std::uint64_t kShardOrderKey = 0x5348524453485546ull;
+constexpr std::uint64_t kBlockKey = 0x53485546424c4f43ull;
+
+}  // namespace
+
+struct ShardOrder::Block {
+  std::size_t partition = 0;
+  std::uint64_t number = 0;
+  std::uint64_t start = 0;                      // its first position in C
+  std::uint64_t length = 0;                     // block samples, fewer for a partition's last block
+  std::optional<IndexPermutation> permutation;  // none: unshuffled, or one sample
+  std::size_t shard_lo = 0;  // the entries of order_first_ that can hold its samples:
+  std::size_t shard_hi = 0;  // [shard_lo, shard_hi), INV-SHARD-ORDER-2
+};
+
+ShardOrder::ShardOrder(std::span<const std::uint64_t> first, const ShardOrderParams& params,
+                       std::uint64_t epoch)
+    : first_(first), params_(params), epoch_(epoch), n_(first.back()) {
+  const std::size_t num_shards = first.size() - 1;
+  shards_.resize(num_shards);
+  std::iota(shards_.begin(), shards_.end(), std::size_t{0});
+  if (params_.shuffle) {
+    Generator::from({params_.seed, epoch_, kShardOrderKey}).shuffle(shards_.begin(), shards_.end());
+  }
+  order_first_.reserve(num_shards + 1);
+  std::uint64_t at = 0;
+  for (const std::size_t s : shards_) {
+    order_first_.push_back(at);
+    at += first_[s + 1] - first_[s];
+  }
+  order_first_.push_back(at);
+
+  const std::uint64_t g = params_.global_batch;
+  per_partition_ = g / params_.partitions;
+  full_batches_ = n_ / g;
+  tail_ = n_ - full_batches_ * g;
+  num_batches_ =
+      static_cast<std::size_t>(full_batches_) + (!params_.drop_last && tail_ > 0 ? 1 : 0);
+  tail_first_.reserve(params_.partitions + 1);
+  std::uint64_t tail = 0;
+  for (std::size_t p = 0; p < params_.partitions; ++p) {
+    tail_first_.push_back(tail);
+    tail += partition_length(p) - full_batches_ * per_partition_;
+  }
+  tail_first_.push_back(tail);  // == tail_
+}
+
+std::uint64_t ShardOrder::partition_length(std::size_t p) const noexcept {
+  const std::uint64_t parts = params_.partitions;
+  return n_ / parts + (p < n_ % parts ? 1 : 0);
+}
+
+ShardOrder::Place ShardOrder::place(std::uint64_t j) const noexcept {
+  const std::uint64_t g = params_.global_batch;
+  const std::uint64_t c = per_partition_;
+  if (j < full_batches_ * g) {
+    const std::uint64_t o = j % g;
+    return {static_cast<std::size_t>(o / c), (j / g) * c + o % c};
+  }
+  // The tail: each partition's samples after its full batches, partition by partition (an
+  // empty tail is stepped over by upper_bound).
+  const std::uint64_t o = j - full_batches_ * g;
+  const auto it = std::upper_bound(tail_first_.begin(), tail_first_.end() - 1, o) - 1;
+  const auto p = static_cast<std::size_t>(it - tail_first_.begin());
+  return {p, full_batches_ * c + (o - *it)};
+}
+
+ShardOrder::Block ShardOrder::block_at(std::size_t partition, std::uint64_t number) const {
+  const std::uint64_t parts = params_.partitions;
+  Block b;
+  b.partition = partition;
+  b.number = number;
+  const std::uint64_t partition_start =
+      partition * (n_ / parts) + std::min<std::uint64_t>(partition, n_ % parts);
+  b.start = partition_start + number * params_.block;
+  b.length = std::min(params_.block, partition_length(partition) - number * params_.block);
+  if (params_.shuffle && b.length > 1) {
+    Generator keys = Generator::from({params_.seed, epoch_, partition, number, kBlockKey});
+    b.permutation.emplace(b.length, keys);
+  }
+  const auto lo = std::upper_bound(order_first_.begin(), order_first_.end(), b.start) - 1;
+  const auto hi =
+      std::upper_bound(order_first_.begin(), order_first_.end(), b.start + b.length - 1);
+  b.shard_lo = static_cast<std::size_t>(lo - order_first_.begin());
+  b.shard_hi = static_cast<std::size_t>(hi - order_first_.begin());
+  return b;
+}
+
+std::uint64_t ShardOrder::index_in(const Block& b, std::uint64_t local) const {
+  std::uint64_t offset = local - b.number * params_.block;
+  if (b.permutation) offset = (*b.permutation)(offset);
+  const std::uint64_t c = b.start + offset;
+  const auto begin = order_first_.begin() + static_cast<std::ptrdiff_t>(b.shard_lo);
+  const auto end = order_first_.begin() + static_cast<std::ptrdiff_t>(b.shard_hi);
+  const auto m =
+      static_cast<std::size_t>(std::upper_bound(begin, end, c) - 1 - order_first_.begin());
+  return first_[shards_[m]] + (c - order_first_[m]);
+}
+
+std::uint64_t ShardOrder::at(std::uint64_t j) const {
+  if (j >= n_) j = (j - n_) % n_;  // the padding repeats the epoch from its start
+  const Place where = place(j);
+  return index_in(block_at(where.partition, where.local / params_.block), where.local);
+}
+
+void ShardOrder::append(std::uint64_t begin, std::uint64_t end,
+                        std::vector<std::size_t>& out) const {
+  out.reserve(out.size() + (end - begin));
+  std::optional<Block> block;
+  for (std::uint64_t j = begin; j < end; ++j) {
+    const std::uint64_t k = j >= n_ ? (j - n_) % n_ : j;
+    const Place where = place(k);
+    const std::uint64_t number = where.local / params_.block;
+    if (!block || block->partition != where.partition || block->number != number) {
+      block = block_at(where.partition, number);
+    }
+    out.push_back(static_cast<std::size_t>(index_in(*block, where.local)));
+  }
+}
+
+std::size_t ShardOrder::shard_of(std::uint64_t index) const noexcept {
+  const auto it = std::upper_bound(first_.begin(), first_.end() - 1, index) - 1;
+  return static_cast<std::size_t>(it - first_.begin());
+}
+
+}  // namespace stoker::detail
