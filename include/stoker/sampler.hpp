@@ -197,8 +197,8 @@ class BatchSampler final : public BatchSamplerBase {
 // So global batch k (the ranks' batches k, in rank order) is the same for any num_replicas and
 // num_workers, and DataLoader::state() saved at one world size resumes at another: the state
 // counts global batches. Every rank gets num_batches() batches of batch_size() samples; the
-// last global batch, when the samples do not fill it, is padded by repeating the epoch's first
-// samples (drop_last: left out). Every sample appears once an epoch (padding apart).
+// last global batch, when the samples do not fill it, is padded by repeating the end of the
+// batch before it (drop_last: left out). Every sample appears once an epoch (padding apart).
 class ShardShuffle final : public BatchSamplerBase {
  public:
   // shuffle_block == 0 means this many times the mean shard size (bench/shard_order.cpp

@@ -110,8 +110,16 @@ std::uint64_t ShardOrder::index_in(const Block& b, std::uint64_t local) const {
   return first_[shards_[m]] + (c - order_first_[m]);
 }
 
+std::uint64_t ShardOrder::unpadded(std::uint64_t j) const noexcept {
+  if (j < n_) return j;
+  const std::uint64_t u = j - n_;  // the u-th sample of the padding
+  const std::uint64_t g = params_.global_batch;
+  if (full_batches_ == 0) return u % n_;
+  return full_batches_ * g - (g - tail_) + u;  // the end of the last full batch
+}
+
 std::uint64_t ShardOrder::at(std::uint64_t j) const {
-  if (j >= n_) j = (j - n_) % n_;  // the padding repeats the epoch from its start
+  j = unpadded(j);
   const Place where = place(j);
   return index_in(block_at(where.partition, where.local / params_.block), where.local);
 }
@@ -121,8 +129,7 @@ void ShardOrder::append(std::uint64_t begin, std::uint64_t end,
   out.reserve(out.size() + (end - begin));
   std::optional<Block> block;
   for (std::uint64_t j = begin; j < end; ++j) {
-    const std::uint64_t k = j >= n_ ? (j - n_) % n_ : j;
-    const Place where = place(k);
+    const Place where = place(unpadded(j));
     const std::uint64_t number = where.local / params_.block;
     if (!block || block->partition != where.partition || block->number != number) {
       block = block_at(where.partition, number);

@@ -15,7 +15,9 @@
 //      partition's permuted sequence: partition p's positions [k c, k c + c).
 // The K_full = floor(N / G) full global batches use every partition equally; the t = N - K_full G
 // samples left (each partition's tail, partition by partition) make one more global batch,
-// padded with the epoch's first G - t positions (drop_last: the t samples are not used).
+// padded with the last G - t positions of the last full batch, whose shards are the ones still
+// open (with no full batch, the epoch's positions from the first, round and round); with
+// drop_last the t samples are not used.
 //
 // INV-SHARD-ORDER-1: the positions 0 .. K_full G + t - 1 (those before the padding) visit each
 //   of the N samples exactly once (each step above is a bijection).
@@ -52,7 +54,7 @@ class ShardOrder {
   std::uint64_t full_batches() const noexcept { return full_batches_; }
   std::uint64_t tail() const noexcept { return tail_; }  // t: samples after the full batches
 
-  // The dataset index at global position j < num_batches() x G.
+  // The dataset index at global position j < num_batches() x G (the padding included).
   std::uint64_t at(std::uint64_t j) const;
   // Appends the dataset indices of global positions [begin, end) to `out`.
   void append(std::uint64_t begin, std::uint64_t end, std::vector<std::size_t>& out) const;
@@ -69,6 +71,8 @@ class ShardOrder {
 
  private:
   struct Block;  // the permutation and shard range of one (partition, block)
+  // The position a padding position repeats (j itself below N).
+  std::uint64_t unpadded(std::uint64_t j) const noexcept;
   Block block_at(std::size_t partition, std::uint64_t b) const;
   std::uint64_t index_in(const Block& block, std::uint64_t local) const;
   std::uint64_t partition_length(std::size_t p) const noexcept;
