@@ -191,7 +191,10 @@ class BatchSampler final : public BatchSamplerBase {
 // epoch, shard sizes, canonical_partitions, shuffle_block, global_batch_size):
 //   - the shards are shuffled and cut into canonical_partitions ranges of equal sample counts;
 //   - each partition's samples are shuffled within blocks of shuffle_block samples, so a
-//     shard's samples are read within one or two blocks: few shards are read at a time;
+//     shard's samples are read within one or two blocks: few shards are read at a time (by
+//     default the block's shards are interleaved at random, each read front to back, so the
+//     reads of a shard stay sequential; BlockOrder::kPermute puts every sample anywhere in
+//     its block);
 //   - global batch k is global_batch_size / canonical_partitions samples of each partition in
 //     turn, and rank r's batch k is its r-th of num_replicas equal slices of global batch k.
 // So global batch k (the ranks' batches k, in rank order) is the same for any num_replicas and
@@ -205,6 +208,13 @@ class ShardShuffle final : public BatchSamplerBase {
   // measured it: see docs/distributed.md).
   static constexpr std::uint64_t kDefaultBlockShards = 4;
 
+  // How a block's samples are ordered.
+  enum class BlockOrder : std::uint8_t {
+    kInterleave,  // the block's shards merged in a random order, each shard's samples in
+                  // record order: each shard is read front to back (sequential reads)
+    kPermute,     // a random permutation of the block: random reads within each shard
+  };
+
   struct Options {
     // Required: the samples of one training step, summed over every rank. Must be a multiple
     // of canonical_partitions and of num_replicas.
@@ -215,6 +225,7 @@ class ShardShuffle final : public BatchSamplerBase {
     std::size_t canonical_partitions = 1;
     // Samples per block (0: kDefaultBlockShards x the mean shard size).
     std::uint64_t shuffle_block = 0;
+    BlockOrder block_order = BlockOrder::kInterleave;
     bool shuffle = true;  // false: shards in the order given, samples in shard order
     std::uint64_t seed = 0;
     bool drop_last = false;

@@ -16,19 +16,9 @@ constexpr std::uint64_t kBlockKey = 0x53485546424c4f43ull;
 
 }  // namespace
 
-struct ShardOrder::Block {
-  std::size_t partition = 0;
-  std::uint64_t number = 0;
-  std::uint64_t start = 0;                      // its first position in C
-  std::uint64_t length = 0;                     // block samples, fewer for a partition's last block
-  std::optional<IndexPermutation> permutation;  // none: unshuffled, or one sample
-  std::size_t shard_lo = 0;  // the entries of order_first_ that can hold its samples:
-  std::size_t shard_hi = 0;  // [shard_lo, shard_hi), INV-SHARD-ORDER-2
-};
-
 ShardOrder::ShardOrder(std::span<const std::uint64_t> first, const ShardOrderParams& params,
                        std::uint64_t epoch)
-    : first_(first), params_(params), epoch_(epoch), n_(first.back()) {
+    : first_(first), params_(params), epoch_(epoch), n_(first.back()), blocks_(params.partitions) {
   const std::size_t num_shards = first.size() - 1;
   shards_.resize(num_shards);
   std::iota(shards_.begin(), shards_.end(), std::size_t{0});
@@ -87,21 +77,40 @@ ShardOrder::Block ShardOrder::block_at(std::size_t partition, std::uint64_t numb
       partition * (n_ / parts) + std::min<std::uint64_t>(partition, n_ % parts);
   b.start = partition_start + number * params_.block;
   b.length = std::min(params_.block, partition_length(partition) - number * params_.block);
-  if (params_.shuffle && b.length > 1) {
-    Generator keys = Generator::from({params_.seed, epoch_, partition, number, kBlockKey});
-    b.permutation.emplace(b.length, keys);
-  }
   const auto lo = std::upper_bound(order_first_.begin(), order_first_.end(), b.start) - 1;
   const auto hi =
       std::upper_bound(order_first_.begin(), order_first_.end(), b.start + b.length - 1);
   b.shard_lo = static_cast<std::size_t>(lo - order_first_.begin());
   b.shard_hi = static_cast<std::size_t>(hi - order_first_.begin());
+  if (!params_.shuffle || b.length <= 1) return b;
+  Generator keys = Generator::from({params_.seed, epoch_, partition, number, kBlockKey});
+  if (!params_.interleave) {
+    b.permutation.emplace(b.length, keys);
+    return b;
+  }
+  // A uniformly random merge of the block's pieces of shards: one label per sample, naming
+  // its piece, shuffled; each piece's samples then fill its labels' positions in record
+  // order (INV-SHARD-ORDER-3).
+  std::vector<std::uint64_t> next;  // per piece: the C offset (from b.start) it hands out next
+  std::vector<std::uint32_t> label;
+  label.reserve(b.length);
+  for (std::size_t m = b.shard_lo; m < b.shard_hi; ++m) {
+    const std::uint64_t from = std::max(order_first_[m], b.start);
+    const std::uint64_t to = std::min(order_first_[m + 1], b.start + b.length);
+    if (to <= from) continue;  // an empty shard
+    next.push_back(from - b.start);
+    label.insert(label.end(), to - from, static_cast<std::uint32_t>(next.size() - 1));
+  }
+  keys.shuffle(label.begin(), label.end());
+  b.merged.resize(b.length);
+  for (std::uint64_t q = 0; q < b.length; ++q) b.merged[q] = next[label[q]]++;
   return b;
 }
 
 std::uint64_t ShardOrder::index_in(const Block& b, std::uint64_t local) const {
   std::uint64_t offset = local - b.number * params_.block;
   if (b.permutation) offset = (*b.permutation)(offset);
+  if (!b.merged.empty()) offset = b.merged[offset];
   const std::uint64_t c = b.start + offset;
   const auto begin = order_first_.begin() + static_cast<std::ptrdiff_t>(b.shard_lo);
   const auto end = order_first_.begin() + static_cast<std::ptrdiff_t>(b.shard_hi);
@@ -118,23 +127,23 @@ std::uint64_t ShardOrder::unpadded(std::uint64_t j) const noexcept {
   return full_batches_ * g - (g - tail_) + u;  // the end of the last full batch
 }
 
-std::uint64_t ShardOrder::at(std::uint64_t j) const {
-  j = unpadded(j);
-  const Place where = place(j);
-  return index_in(block_at(where.partition, where.local / params_.block), where.local);
+const ShardOrder::Block& ShardOrder::block_for(const Place& where) {
+  const std::uint64_t number = where.local / params_.block;
+  std::optional<Block>& block = blocks_[where.partition];
+  if (!block || block->number != number) block = block_at(where.partition, number);
+  return *block;
 }
 
-void ShardOrder::append(std::uint64_t begin, std::uint64_t end,
-                        std::vector<std::size_t>& out) const {
+std::uint64_t ShardOrder::at(std::uint64_t j) {
+  const Place where = place(unpadded(j));
+  return index_in(block_for(where), where.local);
+}
+
+void ShardOrder::append(std::uint64_t begin, std::uint64_t end, std::vector<std::size_t>& out) {
   out.reserve(out.size() + (end - begin));
-  std::optional<Block> block;
   for (std::uint64_t j = begin; j < end; ++j) {
     const Place where = place(unpadded(j));
-    const std::uint64_t number = where.local / params_.block;
-    if (!block || block->partition != where.partition || block->number != number) {
-      block = block_at(where.partition, number);
-    }
-    out.push_back(static_cast<std::size_t>(index_in(*block, where.local)));
+    out.push_back(static_cast<std::size_t>(index_in(block_for(where), where.local)));
   }
 }
 

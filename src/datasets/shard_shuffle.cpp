@@ -36,6 +36,7 @@ detail::ShardOrderParams params_of(const ShardShuffle::Options& o, std::uint64_t
   p.block = block;
   p.global_batch = o.global_batch_size;
   p.shuffle = o.shuffle;
+  p.interleave = o.block_order == ShardShuffle::BlockOrder::kInterleave;
   p.drop_last = o.drop_last;
   p.seed = o.seed;
   return p;
@@ -114,7 +115,7 @@ std::size_t ShardShuffle::num_batches() const noexcept {
 }
 
 std::vector<std::vector<std::size_t>> ShardShuffle::batches(std::uint64_t epoch) {
-  const detail::ShardOrder order(first_, params_of(options_, block_), epoch);
+  detail::ShardOrder order(first_, params_of(options_, block_), epoch);
   const std::uint64_t g = options_.global_batch_size;
   const std::uint64_t b = batch_size();
   std::vector<std::vector<std::size_t>> out(order.num_batches());
@@ -131,7 +132,7 @@ std::vector<std::size_t> ShardShuffle::global_batch(std::uint64_t epoch, std::si
         fmt::format("ShardShuffle::global_batch: batch {} is past the epoch's {} global batches", k,
                     num_batches()));
   }
-  const detail::ShardOrder order(first_, params_of(options_, block_), epoch);
+  detail::ShardOrder order(first_, params_of(options_, block_), epoch);
   std::vector<std::size_t> out;
   const std::uint64_t g = options_.global_batch_size;
   order.append(k * g, k * g + g, out);
@@ -141,11 +142,12 @@ std::vector<std::size_t> ShardShuffle::global_batch(std::uint64_t epoch, std::si
 OrderInfo ShardShuffle::order_info() const {
   OrderInfo info;
   info.key = fmt::format(
-      "shard-shuffle/1 seed={} shuffle={} partitions={} global_batch={} block={} drop_last={} "
-      "shards={} samples={} sizes={:016x}",
+      "shard-shuffle/1 seed={} shuffle={} partitions={} global_batch={} block={} within={} "
+      "drop_last={} shards={} samples={} sizes={:016x}",
       options_.seed, options_.shuffle ? 1 : 0, options_.canonical_partitions,
-      options_.global_batch_size, block_, options_.drop_last ? 1 : 0, num_shards(), num_samples(),
-      fingerprint(first_));
+      options_.global_batch_size, block_,
+      options_.block_order == BlockOrder::kInterleave ? "interleave" : "permute",
+      options_.drop_last ? 1 : 0, num_shards(), num_samples(), fingerprint(first_));
   info.world_size = num_replicas_;
   info.rank = rank_;
   return info;

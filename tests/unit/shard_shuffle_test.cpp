@@ -30,9 +30,11 @@ using Sizes = std::vector<std::uint64_t>;
 // Unequal shards, an empty one among them: 250 samples in 9 shards.
 const Sizes kSizes = {31, 17, 40, 0, 25, 33, 29, 45, 30};
 
-ShardShuffle::Options options_of(std::size_t global_batch, std::size_t partitions,
-                                 std::uint64_t block, bool drop_last = false) {
+ShardShuffle::Options options_of(
+    std::size_t global_batch, std::size_t partitions, std::uint64_t block, bool drop_last = false,
+    ShardShuffle::BlockOrder within = ShardShuffle::BlockOrder::kInterleave) {
   ShardShuffle::Options o;
+  o.block_order = within;
   o.global_batch_size = global_batch;
   o.canonical_partitions = partitions;
   o.shuffle_block = block;
@@ -62,10 +64,13 @@ std::vector<std::uint64_t> firsts(const Sizes& sizes) {
 TEST_CASE("shard shuffle: every sample once an epoch, the last batch padded from the one before",
           "[shard_shuffle]") {
   const std::size_t n = 250;
+  const auto within =
+      GENERATE(ShardShuffle::BlockOrder::kInterleave, ShardShuffle::BlockOrder::kPermute);
   for (const std::size_t partitions : {1U, 3U, 4U, 12U}) {
     for (const std::uint64_t block : {1U, 7U, 16U, 60U, 1000U}) {
-      INFO("partitions " << partitions << ", block " << block);
-      const ShardShuffle s(kSizes, 1, 0, options_of(24, partitions, block));
+      INFO("partitions " << partitions << ", block " << block << ", within "
+                         << static_cast<int>(within));
+      const ShardShuffle s(kSizes, 1, 0, options_of(24, partitions, block, false, within));
       const std::size_t g = s.options().global_batch_size;
       const Indices all = epoch_sequence(s, 3);
       REQUIRE(s.num_batches() == (n + g - 1) / g);
@@ -108,13 +113,15 @@ TEST_CASE("shard shuffle: fewer samples than a global batch, padded round and ro
 }
 
 TEST_CASE("shard shuffle: global batch k is the same for every world size", "[shard_shuffle]") {
+  const auto within =
+      GENERATE(ShardShuffle::BlockOrder::kInterleave, ShardShuffle::BlockOrder::kPermute);
   for (const bool drop_last : {false, true}) {
-    const ShardShuffle whole(kSizes, 1, 0, options_of(24, 4, 16, drop_last));
+    const ShardShuffle whole(kSizes, 1, 0, options_of(24, 4, 16, drop_last, within));
     for (const std::size_t world : {1U, 2U, 3U, 4U, 6U, 8U, 12U, 24U}) {
       INFO("world " << world << (drop_last ? ", drop_last" : ""));
       std::vector<std::vector<Indices>> ranks;
       for (std::size_t r = 0; r < world; ++r) {
-        ShardShuffle s(kSizes, world, r, options_of(24, 4, 16, drop_last));
+        ShardShuffle s(kSizes, world, r, options_of(24, 4, 16, drop_last, within));
         REQUIRE(s.batch_size() == 24 / world);
         ranks.push_back(s.batches(5));
         REQUIRE(ranks.back().size() == whole.num_batches());  // equal batches on every rank
@@ -163,13 +170,15 @@ TEST_CASE("shard shuffle: a block's samples come from a bounded number of shards
   // INV-SHARD-ORDER-2, read from the order itself: the shards among each block's samples.
   const std::vector<std::uint64_t> first = firsts(kSizes);
   const std::uint64_t s_min = 17;
+  const bool interleave = GENERATE(true, false);
   for (const std::uint64_t block : {8U, 16U, 50U, 120U}) {
     detail::ShardOrderParams p;
     p.partitions = 4;
     p.block = block;
     p.global_batch = 24;
     p.seed = 3;
-    const detail::ShardOrder order(first, p, 1);
+    p.interleave = interleave;
+    detail::ShardOrder order(first, p, 1);
     std::map<std::pair<std::size_t, std::uint64_t>, std::set<std::size_t>> shards_of_block;
     for (std::uint64_t j = 0; j < order.samples(); ++j) {
       const detail::ShardOrder::Place where = order.place(j);
@@ -178,7 +187,8 @@ TEST_CASE("shard shuffle: a block's samples come from a bounded number of shards
     const std::size_t bound = static_cast<std::size_t>((block - 1) / s_min + 2);
     std::size_t most = 0;
     for (const auto& [key, shards] : shards_of_block) most = std::max(most, shards.size());
-    INFO("block " << block << ": at most " << most << " shards, bound " << bound);
+    INFO("block " << block << (interleave ? " interleaved" : " permuted") << ": at most " << most
+                  << " shards, bound " << bound);
     CHECK(most <= bound);
     CHECK(most >= 2);  // the blocks do mix shards
   }
@@ -220,13 +230,17 @@ TEST_CASE("shard shuffle: the state key names the order but not the world size",
   CHECK(four.world_size == 4);
   CHECK(four.rank == 3);
   CHECK(one.key.rfind("shard-shuffle/1 seed=7 shuffle=1 partitions=4 global_batch=24 block=16 "
-                      "drop_last=0 shards=9 samples=250 sizes=",
+                      "within=interleave drop_last=0 shards=9 samples=250 sizes=",
                       0) == 0);
   Sizes moved = kSizes;  // the same total, one sample moved between shards
   moved[0] -= 1;
   moved[1] += 1;
   CHECK(ShardShuffle(moved, 1, 0, options_of(24, 4, 16)).order_info().key != one.key);
   CHECK(ShardShuffle(kSizes, 1, 0, options_of(48, 4, 16)).order_info().key != one.key);
+  ShardShuffle::Options permute = options_of(24, 4, 16);
+  permute.block_order = ShardShuffle::BlockOrder::kPermute;
+  CHECK(ShardShuffle(kSizes, 1, 0, permute).order_info().key.find(" within=permute ") !=
+        std::string::npos);
   // The default block: kDefaultBlockShards x the mean shard size (250 / 9, rounded up).
   const ShardShuffle defaults(kSizes, 1, 0, options_of(24, 4, 0));
   CHECK(defaults.shuffle_block() == ShardShuffle::kDefaultBlockShards * 28);
@@ -264,4 +278,38 @@ TEST_CASE("shard shuffle: each bad option is named", "[shard_shuffle]") {
   const ShardShuffle s(kSizes, 1, 0, options_of(24, 4, 0));
   CHECK(message_of<std::out_of_range>([&] { (void)s.global_batch(0, 11); }) ==
         "ShardShuffle::global_batch: batch 11 is past the epoch's 11 global batches");
+}
+
+TEST_CASE("shard shuffle: interleaved blocks read each shard in record order", "[shard_shuffle]") {
+  // INV-SHARD-ORDER-3: within a block, a shard's samples come in increasing index order, so
+  // each shard is read front to back; permuted blocks do not keep it.
+  const std::vector<std::uint64_t> first = firsts(kSizes);
+  for (const bool interleave : {true, false}) {
+    detail::ShardOrderParams p;
+    p.partitions = 3;
+    p.block = 60;
+    p.global_batch = 12;
+    p.seed = 11;
+    p.interleave = interleave;
+    detail::ShardOrder order(first, p, 2);
+    std::map<std::pair<std::size_t, std::uint64_t>, std::map<std::size_t, std::uint64_t>> last;
+    std::size_t backwards = 0;
+    // Global positions in order, as the ranks read them; the tail's positions belong to the
+    // partitions' last blocks, read after their full batches.
+    for (std::uint64_t j = 0; j < order.samples(); ++j) {
+      const detail::ShardOrder::Place where = order.place(j);
+      const std::uint64_t index = order.at(j);
+      auto& seen = last[{where.partition, where.local / p.block}];
+      const std::size_t shard = order.shard_of(index);
+      const auto it = seen.find(shard);
+      if (it != seen.end() && index < it->second) ++backwards;
+      seen[shard] = index;
+    }
+    INFO((interleave ? "interleaved" : "permuted") << ": " << backwards << " steps back");
+    if (interleave) {
+      CHECK(backwards == 0);
+    } else {
+      CHECK(backwards > 50);
+    }
+  }
 }
