@@ -100,7 +100,7 @@ void check_covers_each_epoch(const Global& batches) {
 
 }  // namespace
 
-TEST_CASE("mpirun 1, 2, 3, 4 ranks: the same global batches; resumed on another world size",
+TEST_CASE("mpirun 1, 2, 3, 4 ranks: the same global batches, resumed on another world size",
           "[mpi][elastic]") {
   if (std::system("command -v mpirun > /dev/null 2>&1") != 0) {
     FAIL("mpirun is not installed (Debian: openmpi-bin; scripts/deps.sh lists it)");
