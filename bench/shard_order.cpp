@@ -10,7 +10,10 @@
 //     (read from already, and to be read from again) and the mean shards of one batch;
 //   - one LRU cache of whole shards per node, holding F of the corpus (0.10 by default): the
 //     bytes it fetches in the epoch, as a multiple of the corpus (all nodes together);
-//   - distinct shards per global batch, how far a batch mixes the corpus.
+//   - distinct shards per global batch, how far a batch mixes the corpus;
+//   - shuffle quality against the global permutation (a full shuffle): the chance that two
+//     samples of one global batch come from one shard, and how far apart in the epoch two
+//     consecutive records of a shard land, as a share of the epoch (a full shuffle: 1/3).
 // Part 2, measured: DataLoader epochs over local WebDataset tar shards in the sequential
 // order, in ShardShuffle's (default block; interleaved blocks, the default, and permuted ones)
 // and in a global permutation, interleaved rounds,
@@ -21,6 +24,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -157,6 +161,8 @@ struct Figures {
   double shards_per_batch = 0;      // distinct shards of one rank's batch
   double corpus_reads = 0;          // bytes the node caches fetched / corpus bytes
   double global_mix = 0;            // distinct shards per global batch
+  double same_shard_pairs = 0;      // of two samples of one global batch, P(same shard)
+  double neighbour_gap = 0;         // a record and the next of its shard: epoch distance / N
 };
 
 class LruCache {
@@ -231,6 +237,42 @@ Figures measure(const RankBatches& ranks, const Layout& layout,
     }));
   }
   f.global_mix /= static_cast<double>(batches);
+  // Shuffle quality. Same-shard pairs: for each global batch, the share of its pairs of
+  // samples that come from one shard (a full shuffle: about 1 / shards), averaged.
+  std::vector<std::size_t> count(shard_bytes.size(), 0);
+  std::vector<std::size_t> touched;
+  std::vector<std::size_t> position(shard_of.size(), SIZE_MAX);  // first epoch position
+  std::size_t next = 0;
+  for (std::size_t k = 0; k < batches; ++k) {
+    std::size_t g = 0;
+    for (const auto& rank : ranks) {
+      for (const std::size_t i : rank[k]) {
+        if (count[shard_of[i]]++ == 0) touched.push_back(shard_of[i]);
+        if (position[i] == SIZE_MAX) position[i] = next;
+        ++next;
+        ++g;
+      }
+    }
+    double pairs = 0;
+    for (const std::size_t s : touched) {
+      pairs += static_cast<double>(count[s]) * static_cast<double>(count[s] - 1);
+      count[s] = 0;
+    }
+    touched.clear();
+    if (g > 1) f.same_shard_pairs += pairs / (static_cast<double>(g) * static_cast<double>(g - 1));
+  }
+  f.same_shard_pairs /= static_cast<double>(batches);
+  // Neighbour gap: how far apart in the epoch two consecutive records of a shard land, as a
+  // share of the epoch (a full shuffle: about 1/3; reading in order: 1 / N).
+  double gap = 0;
+  std::size_t gaps = 0;
+  for (std::size_t i = 0; i + 1 < shard_of.size(); ++i) {
+    if (shard_of[i] != shard_of[i + 1] || position[i] == SIZE_MAX || position[i + 1] == SIZE_MAX)
+      continue;
+    gap += std::abs(static_cast<double>(position[i]) - static_cast<double>(position[i + 1]));
+    ++gaps;
+  }
+  f.neighbour_gap = gaps > 0 ? gap / static_cast<double>(gaps) / static_cast<double>(next) : 0;
   // Per worker: shards open at once (first read .. last read, in the worker's own stream).
   std::vector<std::size_t> first(shard_bytes.size());
   std::vector<std::size_t> last(shard_bytes.size());
@@ -308,8 +350,9 @@ void simulate(const Args& a) {
                             {"1 node x 1 rank, P=8", 1, 1, 8}};
   std::printf(
       "| layout | order | shards / 100 batches | worker: open shards (max, mean) | "
-      "worker: shards / batch | corpus read / epoch | shards / global batch |\n");
-  std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
+      "worker: shards / batch | corpus read / epoch | shards / global batch | "
+      "same-shard pairs / global batch | neighbour gap |\n");
+  std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const Layout& layout : layouts) {
     const std::size_t world = layout.nodes * layout.ranks_per_node;
     // The global permutation: DistributedSampler's shards in batches of G / world.
@@ -327,9 +370,10 @@ void simulate(const Args& a) {
                                })->size();
       for (auto& r : ranks) r.resize(keep);
       const Figures f = measure(ranks, layout, shard_of, shard_bytes, corpus_bytes, a);
-      std::printf("| %s | global permutation | %.0f | %zu, %.1f | %.1f | %.1fx | %.1f |\n",
-                  layout.name, f.shards_per_100, f.worker_open_max, f.worker_open_mean,
-                  f.shards_per_batch, f.corpus_reads, f.global_mix);
+      std::printf(
+          "| %s | global permutation | %.0f | %zu, %.1f | %.1f | %.1fx | %.1f | %.4f | %.3f |\n",
+          layout.name, f.shards_per_100, f.worker_open_max, f.worker_open_mean, f.shards_per_batch,
+          f.corpus_reads, f.global_mix, f.same_shard_pairs, f.neighbour_gap);
     }
     for (const std::uint64_t block_shards : {1U, 2U, 4U, 8U, 16U}) {
       stoker::ShardShuffle::Options o;
@@ -344,10 +388,11 @@ void simulate(const Args& a) {
       const Figures f = measure(ranks, layout, shard_of, shard_bytes, corpus_bytes, a);
       const bool is_default = block_shards == stoker::ShardShuffle::kDefaultBlockShards;
       std::printf(
-          "| %s | shard shuffle, block %llu shard%s%s | %.0f | %zu, %.1f | %.1f | %.2fx | %.1f |\n",
+          "| %s | shard shuffle, block %llu shard%s%s | %.0f | %zu, %.1f | %.1f | %.2fx | %.1f | "
+          "%.4f | %.3f |\n",
           layout.name, static_cast<unsigned long long>(block_shards), block_shards == 1 ? "" : "s",
           is_default ? " (default)" : "", f.shards_per_100, f.worker_open_max, f.worker_open_mean,
-          f.shards_per_batch, f.corpus_reads, f.global_mix);
+          f.shards_per_batch, f.corpus_reads, f.global_mix, f.same_shard_pairs, f.neighbour_gap);
     }
   }
   std::printf("\n");

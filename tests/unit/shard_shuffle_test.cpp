@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <set>
 #include <stdexcept>
@@ -312,4 +313,111 @@ TEST_CASE("shard shuffle: interleaved blocks read each shard in record order", "
       CHECK(backwards > 50);
     }
   }
+}
+
+namespace {
+
+// Bytes a cache of whole shards (least recently used out) fetches over `indices`, as a multiple
+// of the corpus; `capacity` in samples, shard s of sizes[s] samples.
+double corpus_reads(const std::vector<Indices>& batches, const Sizes& sizes,
+                    const std::vector<std::size_t>& shard_of, std::uint64_t capacity) {
+  std::vector<std::uint64_t> last_use(sizes.size(), 0);    // 0: not cached
+  std::set<std::pair<std::uint64_t, std::size_t>> by_age;  // (last use, shard)
+  std::uint64_t held = 0;
+  std::uint64_t fetched = 0;
+  std::uint64_t clock = 0;
+  for (const Indices& batch : batches) {
+    for (const std::size_t i : batch) {
+      const std::size_t shard = shard_of[i];
+      ++clock;
+      if (last_use[shard] != 0) {
+        by_age.erase({last_use[shard], shard});
+      } else {
+        while (!by_age.empty() && held + sizes[shard] > capacity) {
+          const std::size_t victim = by_age.begin()->second;
+          by_age.erase(by_age.begin());
+          held -= sizes[victim];
+          last_use[victim] = 0;
+        }
+        held += sizes[shard];
+        fetched += sizes[shard];
+      }
+      last_use[shard] = clock;
+      by_age.emplace(clock, shard);
+    }
+  }
+  const std::uint64_t corpus = std::accumulate(sizes.begin(), sizes.end(), std::uint64_t{0});
+  return static_cast<double>(fetched) / static_cast<double>(corpus);
+}
+
+// The most shards one worker has open at once (read from already and to be read from again),
+// worker w of `workers` loading batches w, w + workers, ...
+std::size_t most_open(const std::vector<Indices>& batches, const std::vector<std::size_t>& shard_of,
+                      std::size_t workers, std::size_t w) {
+  std::map<std::size_t, std::pair<std::size_t, std::size_t>> span;  // shard -> first, last read
+  std::size_t t = 0;
+  for (std::size_t k = w; k < batches.size(); k += workers) {
+    for (const std::size_t i : batches[k]) {
+      auto [it, fresh] = span.try_emplace(shard_of[i], t, t);
+      it->second.second = t++;
+    }
+  }
+  std::vector<long> delta(t + 1, 0);
+  for (const auto& [shard, range] : span) {
+    ++delta[range.first];
+    --delta[range.second + 1];
+  }
+  long open = 0;
+  long most = 0;
+  for (const long d : delta) most = std::max(most, open += d);
+  return static_cast<std::size_t>(most);
+}
+
+}  // namespace
+
+TEST_CASE("shard shuffle: with the default block a 10% cache reads the corpus about once",
+          "[shard_shuffle]") {
+  // The "Done when" figures of bench/shard_order.cpp, on a smaller corpus: 1000 shards of 18
+  // to 22 samples, global batches of 64, 4 workers a rank. One cache for all ranks (one
+  // node), 10% of the corpus. A global permutation fetches each shard many times an epoch.
+  Sizes sizes(1000);
+  std::vector<std::size_t> shard_of;
+  for (std::size_t s = 0; s < sizes.size(); ++s) {
+    sizes[s] = 18 + (s * 7) % 5;
+    shard_of.insert(shard_of.end(), sizes[s], s);
+  }
+  const std::uint64_t corpus = shard_of.size();
+  const std::uint64_t cache = corpus / 10;
+  constexpr std::size_t kWorkers = 4;
+  const auto layout = GENERATE(std::pair<std::size_t, std::size_t>{1, 1},  // world, partitions
+                               std::pair<std::size_t, std::size_t>{4, 2},
+                               std::pair<std::size_t, std::size_t>{8, 8});
+  const auto [world, partitions] = layout;
+  ShardShuffle::Options o;
+  o.global_batch_size = 64;
+  o.canonical_partitions = partitions;
+  o.seed = 5;
+  std::vector<Indices> steps;  // the node's reads, step by step: every rank's batch k
+  std::size_t open = 0;
+  for (std::size_t r = 0; r < world; ++r) {
+    ShardShuffle s(sizes, world, r, o);
+    const std::vector<Indices> mine = s.batches(2);
+    steps.resize(mine.size());
+    for (std::size_t k = 0; k < mine.size(); ++k)
+      steps[k].insert(steps[k].end(), mine[k].begin(), mine[k].end());
+    for (std::size_t w = 0; w < kWorkers; ++w)
+      open = std::max(open, most_open(mine, shard_of, kWorkers, w));
+  }
+  const double reads = corpus_reads(steps, sizes, shard_of, cache);
+  RandomSampler::Options ro;
+  ro.seed = 5;
+  BatchSampler global(std::make_shared<RandomSampler>(corpus, ro), 64, false);
+  const double permuted = corpus_reads(global.batches(2), sizes, shard_of, cache);
+  INFO("world " << world << ", P " << partitions << ": " << open << " shards open at most, "
+                << reads << "x the corpus read; a global permutation " << permuted << "x");
+  // The block of 4 mean shards spans at most (B - 1) / s_min + 2 = 6 shards; one or two more
+  // while a rank reads across a block's end and at the padding of the last batch.
+  CHECK(open <= ShardShuffle::kDefaultBlockShards + 4);
+  CHECK(reads <= 1.5);
+  CHECK(permuted >= 10 * reads);
 }
