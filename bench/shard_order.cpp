@@ -13,13 +13,14 @@
 //   - distinct shards per global batch, how far a batch mixes the corpus;
 //   - shuffle quality against the global permutation (a full shuffle): the chance that two
 //     samples of one global batch come from one shard, and how far apart in the epoch two
-//     consecutive records of a shard land, as a share of the epoch (a full shuffle: 1/3).
+//     consecutive records of a shard land, in samples (a full shuffle: about N / 3).
 // Part 2, measured: DataLoader epochs over local WebDataset tar shards in the sequential
 // order, in ShardShuffle's (default block; interleaved blocks, the default, and permuted ones)
 // and in a global permutation, interleaved rounds,
 // with the page cache warm and cold (each shard's pages dropped with posix_fadvise before
 // each run, so no other file's are); the median samples/s of each.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -162,7 +163,7 @@ struct Figures {
   double corpus_reads = 0;          // bytes the node caches fetched / corpus bytes
   double global_mix = 0;            // distinct shards per global batch
   double same_shard_pairs = 0;      // of two samples of one global batch, P(same shard)
-  double neighbour_gap = 0;         // a record and the next of its shard: epoch distance / N
+  double neighbour_gap = 0;         // a record and the next of its shard: epoch distance
 };
 
 class LruCache {
@@ -262,8 +263,8 @@ Figures measure(const RankBatches& ranks, const Layout& layout,
     if (g > 1) f.same_shard_pairs += pairs / (static_cast<double>(g) * static_cast<double>(g - 1));
   }
   f.same_shard_pairs /= static_cast<double>(batches);
-  // Neighbour gap: how far apart in the epoch two consecutive records of a shard land, as a
-  // share of the epoch (a full shuffle: about 1/3; reading in order: 1 / N).
+  // Neighbour gap: how far apart in the epoch two consecutive records of a shard land, in
+  // samples (a full shuffle: about N / 3; reading in order: 1).
   double gap = 0;
   std::size_t gaps = 0;
   for (std::size_t i = 0; i + 1 < shard_of.size(); ++i) {
@@ -272,7 +273,7 @@ Figures measure(const RankBatches& ranks, const Layout& layout,
     gap += std::abs(static_cast<double>(position[i]) - static_cast<double>(position[i + 1]));
     ++gaps;
   }
-  f.neighbour_gap = gaps > 0 ? gap / static_cast<double>(gaps) / static_cast<double>(next) : 0;
+  f.neighbour_gap = gaps > 0 ? gap / static_cast<double>(gaps) : 0;
   // Per worker: shards open at once (first read .. last read, in the worker's own stream).
   std::vector<std::size_t> first(shard_bytes.size());
   std::vector<std::size_t> last(shard_bytes.size());
@@ -351,7 +352,7 @@ void simulate(const Args& a) {
   std::printf(
       "| layout | order | shards / 100 batches | worker: open shards (max, mean) | "
       "worker: shards / batch | corpus read / epoch | shards / global batch | "
-      "same-shard pairs / global batch | neighbour gap |\n");
+      "same-shard pairs / global batch | neighbour gap (samples) |\n");
   std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const Layout& layout : layouts) {
     const std::size_t world = layout.nodes * layout.ranks_per_node;
@@ -371,28 +372,33 @@ void simulate(const Args& a) {
       for (auto& r : ranks) r.resize(keep);
       const Figures f = measure(ranks, layout, shard_of, shard_bytes, corpus_bytes, a);
       std::printf(
-          "| %s | global permutation | %.0f | %zu, %.1f | %.1f | %.1fx | %.1f | %.4f | %.3f |\n",
+          "| %s | global permutation | %.0f | %zu, %.1f | %.1f | %.1fx | %.1f | %.4f | %.0f |\n",
           layout.name, f.shards_per_100, f.worker_open_max, f.worker_open_mean, f.shards_per_batch,
           f.corpus_reads, f.global_mix, f.same_shard_pairs, f.neighbour_gap);
     }
-    for (const std::uint64_t block_shards : {1U, 2U, 4U, 8U, 16U}) {
+    // Every block size interleaved (the default), and the default block permuted.
+    const std::pair<std::uint64_t, bool> variants[] = {{1, false}, {2, false}, {4, false},
+                                                       {4, true},  {8, false}, {16, false}};
+    for (const auto& [block_shards, permute] : variants) {
       stoker::ShardShuffle::Options o;
       o.global_batch_size = a.global_batch;
       o.canonical_partitions = layout.partitions;
       o.shuffle_block = block_shards * a.shard_samples;
+      if (permute) o.block_order = stoker::ShardShuffle::BlockOrder::kPermute;
       o.seed = 1;
       RankBatches ranks(world);
       for (std::size_t r = 0; r < world; ++r) {
         ranks[r] = stoker::ShardShuffle(sizes, world, r, o).batches(0);
       }
       const Figures f = measure(ranks, layout, shard_of, shard_bytes, corpus_bytes, a);
-      const bool is_default = block_shards == stoker::ShardShuffle::kDefaultBlockShards;
+      const bool is_default = block_shards == stoker::ShardShuffle::kDefaultBlockShards && !permute;
       std::printf(
-          "| %s | shard shuffle, block %llu shard%s%s | %.0f | %zu, %.1f | %.1f | %.2fx | %.1f | "
-          "%.4f | %.3f |\n",
+          "| %s | shard shuffle, block %llu shard%s%s%s | %.0f | %zu, %.1f | %.1f | %.2fx | %.1f | "
+          "%.4f | %.1f |\n",
           layout.name, static_cast<unsigned long long>(block_shards), block_shards == 1 ? "" : "s",
-          is_default ? " (default)" : "", f.shards_per_100, f.worker_open_max, f.worker_open_mean,
-          f.shards_per_batch, f.corpus_reads, f.global_mix, f.same_shard_pairs, f.neighbour_gap);
+          is_default ? " (default)" : "", permute ? ", permuted" : "", f.shards_per_100,
+          f.worker_open_max, f.worker_open_mean, f.shards_per_batch, f.corpus_reads, f.global_mix,
+          f.same_shard_pairs, f.neighbour_gap);
     }
   }
   std::printf("\n");
@@ -438,7 +444,23 @@ constexpr std::size_t kOrders = 4;
 constexpr const char* kOrderName[] = {"sequential", "shard shuffle (defaults: interleaved blocks)",
                                       "shard shuffle, permuted blocks", "global permutation"};
 
-double epoch_rate(const stoker::WebDatasetShards& ds, Order order, const Args& a) {
+struct Epoch {
+  double rate = 0;          // samples/s, wall clock
+  double cpu_ms_per_k = 0;  // CPU time (main process and its reaped workers) per 1000 samples
+};
+
+double cpu_seconds() {
+  double total = 0;
+  for (const int who : {RUSAGE_SELF, RUSAGE_CHILDREN}) {
+    rusage u{};
+    ::getrusage(who, &u);
+    total += static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+             static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+  }
+  return total;
+}
+
+Epoch run_epoch(const stoker::WebDatasetShards& ds, Order order, const Args& a) {
   stoker::LoaderOptions opt;
   opt.num_workers = a.tp_workers;
   if (order == Order::kShardShuffle || order == Order::kShardPermute) {
@@ -452,12 +474,19 @@ double epoch_rate(const stoker::WebDatasetShards& ds, Order order, const Args& a
     opt.shuffle = order == Order::kPermutation;
     opt.seed = 3;
   }
-  stoker::DataLoader loader(ds, opt);
-  const auto start = Clock::now();
+  const double cpu_before = cpu_seconds();
   std::size_t samples = 0;
-  for (const stoker::Batch& batch : loader) samples += batch.size();
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  return static_cast<double>(samples) / seconds;
+  double seconds = 0;
+  {
+    stoker::DataLoader loader(ds, opt);
+    const auto start = Clock::now();
+    for (const stoker::Batch& batch : loader) samples += batch.size();
+    seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  }  // the workers are reaped here, so RUSAGE_CHILDREN holds their time
+  Epoch e;
+  e.rate = static_cast<double>(samples) / seconds;
+  e.cpu_ms_per_k = (cpu_seconds() - cpu_before) * 1e6 / static_cast<double>(samples);
+  return e;
 }
 
 void throughput(const Args& a) {
@@ -465,28 +494,38 @@ void throughput(const Args& a) {
   stoker::WebDatasetShards ds(shards);
   std::printf(
       "Measured: DataLoader over %zu local tar shards x %zu samples of %zu KiB (%.0f MiB), "
-      "batch 64, %d workers, %zu interleaved rounds (median samples/s)\n\n",
+      "batch 64, %d workers, %zu interleaved rounds, each round every order once (rotated). "
+      "Medians; 'against sequential' is the median of each round's ratio to that round's "
+      "sequential run (min .. max over the rounds)\n\n",
       a.tp_shards, a.tp_samples, a.sample_kib,
       static_cast<double>(a.tp_shards * a.tp_samples * a.sample_kib) / 1024, a.tp_workers,
       a.rounds);
   std::printf(
-      "| page cache | order | samples/s | against sequential |\n| --- | --- | ---: | ---: |\n");
+      "| page cache | order | samples/s | against sequential | CPU ms / 1000 samples |\n"
+      "| --- | --- | ---: | ---: | ---: |\n");
   for (const bool cold : {false, true}) {
-    std::vector<std::vector<double>> rates(kOrders);
+    std::vector<std::vector<Epoch>> runs(kOrders);  // [order][round]
     for (std::size_t round = 0; round < a.rounds + (cold ? 0 : 1); ++round) {
       for (std::size_t j = 0; j < kOrders; ++j) {
         const auto order = static_cast<Order>((round + j) % kOrders);  // rotated each round
         if (cold) drop_pages(shards);
-        const double rate = epoch_rate(ds, order, a);
-        if (cold || round > 0)
-          rates[static_cast<std::size_t>(order)].push_back(rate);  // warm: round 0 warms
+        const Epoch e = run_epoch(ds, order, a);
+        if (cold || round > 0) runs[static_cast<std::size_t>(order)].push_back(e);  // warm-up
       }
     }
-    const double sequential = median(rates[0]);
     for (std::size_t j = 0; j < kOrders; ++j) {
-      const double m = median(rates[j]);
-      std::printf("| %s | %s | %.0f | %.3f |\n", cold ? "cold (fadvise)" : "warm", kOrderName[j], m,
-                  m / sequential);
+      std::vector<double> rate;
+      std::vector<double> ratio;
+      std::vector<double> cpu;
+      for (std::size_t r = 0; r < runs[j].size(); ++r) {
+        rate.push_back(runs[j][r].rate);
+        ratio.push_back(runs[j][r].rate / runs[0][r].rate);
+        cpu.push_back(runs[j][r].cpu_ms_per_k);
+      }
+      std::printf("| %s | %s | %.0f | %.3f (%.3f .. %.3f) | %.1f |\n",
+                  cold ? "cold (fadvise)" : "warm", kOrderName[j], median(rate), median(ratio),
+                  *std::min_element(ratio.begin(), ratio.end()),
+                  *std::max_element(ratio.begin(), ratio.end()), median(cpu));
     }
   }
   std::printf("\n");
