@@ -5,7 +5,8 @@
 // another world size from rank 0's state (4 -> 2, 2 -> 4 across the epoch boundary, 4 -> 3):
 // what the stopped run delivered and what the resumed one delivers are the uninterrupted
 // run's batches, so each epoch is covered exactly once (the padding of its last global batch
-// apart).
+// apart). Seven launches, about 1 s each; each is killed after 60 s (timeout), so a hung rank
+// fails the case in under ctest's 600 s.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,7 +46,7 @@ std::string read_text(const std::string& path) {
 // mpirun -np `ranks` elastic_ranks; returns what the ranks wrote.
 Run launch(const std::string& dir, const std::vector<std::string>& shards, const std::string& tag,
            int ranks, int workers, const std::string& stop, const std::string& state) {
-  std::string command = "timeout -k 10 120 mpirun -np " + std::to_string(ranks) +
+  std::string command = "timeout -k 10 60 mpirun -np " + std::to_string(ranks) +
                         " --oversubscribe --allow-run-as-root -x ASAN_OPTIONS=detect_leaks=0 " +
                         STOKER_ELASTIC_PROGRAM + " " + dir + " " + tag + " " +
                         std::to_string(workers) + " " + stop + " " + state;
