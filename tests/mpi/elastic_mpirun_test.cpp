@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <string>
@@ -22,7 +23,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "stoker/webdataset.hpp"
+#include "mpi/index_shards.hpp"
 
 namespace {
 
@@ -110,21 +111,8 @@ TEST_CASE("mpirun 1, 2, 3, 4 ranks: the same global batches, resumed on another 
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::vector<std::size_t> sizes = {31, 17, 40, 25, 33, 29, 45, 30};
-  std::vector<std::string> shards;
-  std::size_t next = 0;
-  for (std::size_t j = 0; j < sizes.size(); ++j) {
-    stoker::ShardWriterOptions wo;
-    wo.pattern = dir + "/part" + std::to_string(j) + "-%d.tar";
-    stoker::ShardWriter writer(wo);
-    for (std::size_t k = 0; k < sizes[j]; ++k, ++next) {
-      const std::string index = std::to_string(next);
-      const std::pair<std::string, std::span<const std::byte>> fields[] = {
-          {"index", std::as_bytes(std::span<const char>(index.data(), index.size()))}};
-      writer.write("s" + std::to_string(next), fields);
-    }
-    shards.push_back(writer.finish().at(0));
-  }
-  REQUIRE(next == kSamples);
+  const std::vector<std::string> shards = stoker::test::write_index_shards(dir, sizes);
+  REQUIRE(std::accumulate(sizes.begin(), sizes.end(), std::size_t{0}) == kSamples);
 
   const Run one = launch(dir, shards, "full1", 1, 3, "-", "-");
   REQUIRE(one.batches.size() == 2 * kBatchesPerEpoch);
