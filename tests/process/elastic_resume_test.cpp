@@ -1,6 +1,6 @@
 // Elastic resume through the DataLoader, every rank's loader in this one process: with
 // ShardShuffle as the batch sampler, global batch k (the ranks' batches k in rank order) is the
-// same for 1, 2, 3 and 4 ranks and any num_workers; a state saved on one world size mid-epoch
+// same for 1, 2, 3, 4 and 8 ranks and any num_workers; a state saved on one world size mid-epoch
 // resumes on another and the batches that follow are the uninterrupted run's; states that
 // cannot continue (out-of-order batches on another world size, another order, a
 // DistributedSampler's state on another world size) are refused with the reason.
@@ -95,7 +95,7 @@ Batches run_world(std::size_t world, int workers, const std::string& resume, int
 
 }  // namespace
 
-TEST_CASE("elastic: global batches are the same on 1, 2, 3 and 4 ranks, any num_workers",
+TEST_CASE("elastic: global batches are the same on 1, 2, 3, 4 and 8 ranks, any num_workers",
           "[elastic]") {
   const Batches one = run_world(1, 2, "", 2);
   REQUIRE(one.size() == 22);  // 11 global batches an epoch
@@ -103,6 +103,7 @@ TEST_CASE("elastic: global batches are the same on 1, 2, 3 and 4 ranks, any num_
   CHECK(run_world(2, 0, "", 2) == one);
   CHECK(run_world(3, 1, "", 2) == one);
   CHECK(run_world(4, 2, "", 2) == one);
+  CHECK(run_world(8, 1, "", 2) == one);
   // Each epoch's first 250 positions are every sample once.
   for (std::size_t epoch = 0; epoch < 2; ++epoch) {
     std::map<std::int64_t, int> seen;
@@ -117,7 +118,7 @@ TEST_CASE("elastic: global batches are the same on 1, 2, 3 and 4 ranks, any num_
 TEST_CASE("elastic: a state saved mid-epoch on one world size resumes on another", "[elastic]") {
   const Batches expected = run_world(1, 0, "", 2);
   const auto [saved_on, resumed_on, stop] = GENERATE(table<std::size_t, std::size_t, std::size_t>(
-      {{4, 2, 5}, {2, 4, 3}, {4, 3, 7}, {1, 4, 10}, {3, 1, 1}}));
+      {{4, 2, 5}, {2, 4, 3}, {4, 3, 7}, {1, 4, 10}, {3, 1, 1}, {8, 2, 6}, {4, 8, 13}}));
   CAPTURE(saved_on, resumed_on, stop);
   std::string state;
   const Batches before = run_world(saved_on, 2, "", 2, stop, &state);
