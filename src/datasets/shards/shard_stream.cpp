@@ -464,29 +464,28 @@ std::optional<Sample> ShardedStream::next() {
   return sample;
 }
 
-std::string ShardedStream::state(std::uint64_t epoch, std::uint64_t batches,
-                                 const LoaderOptions& loader_options) const {
-  if (loader_options.num_workers < 0) {
+std::string ShardedStream::state_for(std::uint64_t epoch, std::uint64_t batches,
+                                     std::size_t batch_size, int num_workers, bool in_order) const {
+  if (num_workers < 0) {
     throw std::invalid_argument(
         "ShardedStream::state: LoaderOptions::num_workers is kAuto; give the loader a worker "
         "count so its streams are known");
   }
-  if (!loader_options.in_order) {
+  if (!in_order) {
     throw std::invalid_argument(
         "ShardedStream::state: LoaderOptions::in_order is false, so which worker's batches were "
         "received is unknown; resume needs in_order = true");
   }
-  if (loader_options.batch_size == 0) {
+  if (batch_size == 0) {
     throw std::invalid_argument("ShardedStream::state: LoaderOptions::batch_size is 0");
   }
-  const StreamSplit s = split(loader_options.num_workers);
-  const auto workers = static_cast<std::size_t>(std::max(loader_options.num_workers, 1));
+  const StreamSplit s = split(num_workers);
+  const auto workers = static_cast<std::size_t>(std::max(num_workers, 1));
   // Every stream has the same number of batches, so batch j came from worker j mod workers.
   detail::StreamState saved;
   for (std::size_t w = 0; w < workers; ++w) {
     const std::uint64_t from_w = batches / workers + (w < batches % workers ? 1 : 0);
-    saved.delivered.push_back(
-        std::min<std::uint64_t>(from_w * loader_options.batch_size, s.per_stream));
+    saved.delivered.push_back(std::min<std::uint64_t>(from_w * batch_size, s.per_stream));
   }
   saved.epoch = epoch;
   saved.seed = options_.seed;
@@ -494,7 +493,7 @@ std::string ShardedStream::state(std::uint64_t epoch, std::uint64_t batches,
   saved.shards = num_shards();
   saved.world = options_.world_size;
   saved.rank = options_.rank;
-  saved.workers = static_cast<std::uint64_t>(loader_options.num_workers);
+  saved.workers = static_cast<std::uint64_t>(num_workers);
   saved.policy = std::string(detail::policy_name(options_.equal_batches));
   saved.batches = batches;
   return detail::format_stream_state(saved);
