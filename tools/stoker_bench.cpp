@@ -3,7 +3,8 @@
 //
 //   stoker-bench --workload {tiny,image,cpu} --workers N --epochs E --warmup W [--persistent]
 //                [--prefetch P] [--samples S] [--no-stats] [--consumer-us U]
-//                [--consumer-cpu-us U]
+//                [--consumer-cpu-us U] [--memory-interval-ms M]
+//                [--memory-anonymous tracked|proportional|resident]
 //   stoker-bench --workload folder --data DIR [--pipeline val|train] [--mode exact|fast] ...
 //                ImageFolderDataset, batch 64, with the vision::Pipeline val (default:
 //                Resize(256), CenterCrop(224), RandomHorizontalFlip) or train
@@ -23,6 +24,16 @@
 // shares the cores with the workers. --prefetch P sets a fixed prefetch_factor; without it (or
 // with 0) the loader's default, an adaptive depth. The JSON line reports the depth reached and
 // `core_use`: the share of the machine's cores the run kept busy (samples/s x CPU per sample).
+//
+// Memory: a thread (os/proc's TreeMemorySampler) samples the process tree from before the loader
+// is built until after its last epoch, warm-up included, every M ms (--memory-interval-ms, 10 by
+// default; 0 turns it off): each process's anonymous memory plus each shared-memory object (the
+// ring's memfd) once. `peak_tree_mb` is the largest total, `peak_tree_at_s` when it was seen
+// (seconds after the sampler started), `peak_tree_epoch` the epoch it fell in (-1: before the
+// first, warm-up epochs first), `ring_resident_mb` the ring's allocated bytes at that moment and
+// `ring_peak_mb` its largest. --memory-anonymous proportional counts anonymous pages shared
+// copy-on-write once (Pss_Anon), walking every page table each pass; resident (the default)
+// reads RssAnon.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -33,6 +44,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,6 +53,7 @@
 #include <fmt/ranges.h>
 
 #include "bench_workloads.hpp"
+#include "os/proc.hpp"
 #include "stoker/stoker.hpp"
 
 namespace {
@@ -63,6 +76,8 @@ struct Args {
   std::string pipeline = "val";
   std::string mode = "exact";
   bool memcpy_only = false;
+  int memory_interval_ms = 10;  // 0: no sampler
+  stoker::detail::AnonymousCount anonymous = stoker::detail::AnonymousCount::kTracked;
   std::string command;
 };
 
@@ -70,7 +85,8 @@ constexpr const char* kUsage =
     "usage: stoker-bench --workload {tiny,image,cpu,folder,decode,tokens} [--data PATH] "
     "[--pipeline val|train] [--mode exact|fast] --workers N --epochs E --warmup W "
     "[--persistent] [--prefetch P] [--samples S] [--no-stats] [--consumer-us U] "
-    "[--consumer-cpu-us U] [--sample-us U (cpu)]\n"
+    "[--consumer-cpu-us U] [--sample-us U (cpu)] [--memory-interval-ms M] "
+    "[--memory-anonymous tracked|proportional|resident]\n"
     "       stoker-bench --memcpy\n";
 
 [[noreturn]] void usage(const std::string& problem) {
@@ -130,6 +146,19 @@ Args parse(int argc, char** argv) {
       a.sample_us = number(0, 10000000);
     } else if (flag == "--consumer-cpu-us") {
       a.consumer_cpu_us = number(0, 10000000);
+    } else if (flag == "--memory-interval-ms") {
+      a.memory_interval_ms = number(0, 60000);
+    } else if (flag == "--memory-anonymous") {
+      const std::string v = value();
+      if (v == "tracked") {
+        a.anonymous = stoker::detail::AnonymousCount::kTracked;
+      } else if (v == "proportional") {
+        a.anonymous = stoker::detail::AnonymousCount::kProportional;
+      } else if (v == "resident") {
+        a.anonymous = stoker::detail::AnonymousCount::kResident;
+      } else {
+        usage("--memory-anonymous must be tracked, proportional or resident");
+      }
     } else if (flag == "--no-stats") {
       a.stats = false;
     } else if (flag == "--memcpy") {
@@ -176,26 +205,6 @@ double process_cpu_seconds(pid_t pid) {
     return 0;
   }
   return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-// Proportional set size of a live process (its share of shared pages), from smaps_rollup.
-double pss_mb(pid_t pid) {
-  std::FILE* f = std::fopen(fmt::format("/proc/{}/smaps_rollup", pid).c_str(), "r");
-  if (f == nullptr) return 0;
-  char line[256];
-  double kb = 0;
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    if (std::sscanf(line, "Pss: %lf kB", &kb) == 1) break;
-  }
-  std::fclose(f);
-  return kb / 1024.0;
-}
-
-// Sum of PSS over this process and its live workers: the memory the whole tree costs.
-double tree_pss_mb(const std::vector<pid_t>& workers) {
-  double total = pss_mb(getpid());
-  for (const pid_t pid : workers) total += pss_mb(pid);
-  return total;
 }
 
 // memcpy of a 9.6 MB batch-sized buffer into a reused (pre-faulted) destination: the ceiling
@@ -250,8 +259,59 @@ struct Plan {
   std::string extra;                                 // more JSON fields: ", \"name\": value"
 };
 
+double mb(std::uint64_t bytes) { return static_cast<double>(bytes) / 1e6; }
+
+const char* anonymous_name(stoker::detail::AnonymousCount a) {
+  switch (a) {
+    case stoker::detail::AnonymousCount::kResident:
+      return "resident";
+    case stoker::detail::AnonymousCount::kProportional:
+      return "proportional";
+    case stoker::detail::AnonymousCount::kTracked:
+      break;
+  }
+  return "tracked";
+}
+
+// The JSON fields of the tree's memory over the run; `epoch_starts` says when each epoch began.
+std::string memory_fields(const Args& a, const std::optional<stoker::detail::TreeMemoryReport>& r,
+                          const std::vector<Clock::time_point>& epoch_starts) {
+  if (!r) return ", \"peak_tree_mb\": null, \"ring_resident_mb\": null";
+  const long epoch =
+      static_cast<long>(std::upper_bound(epoch_starts.begin(), epoch_starts.end(), r->peak_at) -
+                        epoch_starts.begin()) -
+      1;
+  if (r->peak.unmeasured_objects > 0) {
+    std::fprintf(stderr,
+                 "stoker-bench: %zu shared-memory objects could not be measured (reading "
+                 "/proc/<pid>/map_files needs CAP_SYS_ADMIN); peak_tree_mb leaves them out\n",
+                 r->peak.unmeasured_objects);
+  }
+  return fmt::format(
+      ", \"peak_tree_mb\": {:.1f}, \"ring_resident_mb\": {:.1f}, \"ring_peak_mb\": {:.1f}, "
+      "\"tree_anonymous_mb\": {:.1f}, \"tree_processes\": {}, \"peak_tree_at_s\": {:.3f}, "
+      "\"peak_tree_epoch\": {}, \"memory_sampler\": {{\"anonymous\": \"{}\", "
+      "\"interval_ms\": {}, \"passes\": {}, \"exact_passes\": {}, \"skipped\": {}, "
+      "\"seconds\": {:.3f}, "
+      "\"cpu_ms\": {:.2f}, \"unmeasured_objects\": {}}}",
+      mb(r->peak.total_bytes()), mb(r->peak.ring_bytes), mb(r->ring_peak_bytes),
+      mb(r->peak.anonymous_bytes), r->peak.processes, r->peak_after_seconds, epoch,
+      anonymous_name(a.anonymous), a.memory_interval_ms, r->passes, r->exact_passes, r->skipped,
+      r->seconds, r->cpu_seconds * 1e3, r->peak.unmeasured_objects);
+}
+
 template <class D>
 int run(const Args& a, D dataset, const Plan& plan) {
+  // Started before the loader exists: its size probe, the fork of its workers and the warm-up
+  // are all in the run whose peak is reported.
+  std::optional<stoker::detail::TreeMemorySampler> sampler;
+  if (a.memory_interval_ms > 0) {
+    stoker::detail::TreeMemorySampler::Options so;
+    so.interval = std::chrono::milliseconds(a.memory_interval_ms);
+    so.anonymous = a.anonymous;
+    sampler.emplace(so);
+  }
+  std::vector<Clock::time_point> epoch_starts;
   stoker::LoaderOptions opt;
   opt.batch_size = plan.batch_size;
   opt.num_workers = a.workers;
@@ -275,11 +335,6 @@ int run(const Args& a, D dataset, const Plan& plan) {
   std::size_t samples_per_epoch = 0;
   double cpu_start = 0;
   std::vector<std::pair<pid_t, double>> live_at_start;
-  // Tree PSS, sampled every 250 ms of the timed epochs: reading smaps_rollup walks every page
-  // table of a process (~1 ms here), which at 50 ms intervals cost the cpu workload 3% of its
-  // throughput.
-  double peak_pss = 0;
-  Clock::time_point next_sample{};
 
   for (int e = 0; e < a.warmup + a.epochs; ++e) {
     const bool timed = e >= a.warmup;
@@ -294,6 +349,7 @@ int run(const Args& a, D dataset, const Plan& plan) {
     std::size_t bytes = 0;
     std::size_t samples = 0;
     const Clock::time_point start = Clock::now();
+    epoch_starts.push_back(start);
     Clock::time_point first{};
     bool have_first = false;
     for (const stoker::Batch& batch : loader) {
@@ -305,10 +361,6 @@ int run(const Args& a, D dataset, const Plan& plan) {
       if (plan.check && !plan.check(batch)) checks_ok = false;
       bytes += batch.nbytes();
       samples += batch.size();
-      if (timed && Clock::now() >= next_sample) {
-        peak_pss = std::max(peak_pss, tree_pss_mb(loader.worker_pids()));
-        next_sample = Clock::now() + std::chrono::milliseconds(250);
-      }
       if (a.consumer_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(a.consumer_us));
       if (a.consumer_cpu_us > 0) {  // a training step on the CPU: spin
         const Clock::time_point until = Clock::now() + std::chrono::microseconds(a.consumer_cpu_us);
@@ -332,6 +384,9 @@ int run(const Args& a, D dataset, const Plan& plan) {
     }
   }
   const stoker::LoaderStats final_stats = loader.stats();
+  // The last pass while the loader (its ring, persistent workers) still lives.
+  std::optional<stoker::detail::TreeMemoryReport> memory;
+  if (sampler) memory = sampler->stop();
   double cpu = cpu_seconds(RUSAGE_SELF) + cpu_seconds(RUSAGE_CHILDREN) - cpu_start;
   for (const pid_t pid : loader.worker_pids()) {
     double before = 0;
@@ -352,21 +407,21 @@ int run(const Args& a, D dataset, const Plan& plan) {
       "\"bytes_per_epoch\": {}, \"epoch_s\": [{:.6f}], \"first_batch_ms\": [{:.3f}], "
       "\"first_batch_median_ms\": {:.3f}, \"first_batch_cold_ms\": {:.3f}, "
       "\"samples_per_s\": {:.1f}, \"mb_per_s\": {:.1f}, \"cpu_us_per_sample\": {:.3f}, "
-      "\"peak_pss_mb\": {:.1f}, \"consumer_us\": {}, \"consumer_cpu_us\": {}, "
+      "\"consumer_us\": {}, \"consumer_cpu_us\": {}, "
       "\"prefetch_depth\": {}, \"prefetch_depth_limit\": {}, \"core_use\": {:.3f}, "
-      "\"checksum\": {:.1f}, \"checksum_ok\": {}{}, \"command\": \"{}\"}}\n",
+      "\"checksum\": {:.1f}, \"checksum_ok\": {}{}{}, \"command\": \"{}\"}}\n",
       a.persistent ? "persistent" : "default", a.workload, a.workers, plan.batch_size,
       a.prefetch == stoker::kAdaptivePrefetch ? std::string("\"adaptive\"")
                                               : std::to_string(a.prefetch),
       samples_per_epoch, bytes_per_epoch, fmt::join(epoch_s, ", "), fmt::join(first_batch_ms, ", "),
       sorted_first[sorted_first.size() / 2], first_batch_cold_ms,
       static_cast<double>(samples_per_epoch) / median,
-      static_cast<double>(bytes_per_epoch) / median / 1e6, cpu / total_samples * 1e6, peak_pss,
-      a.consumer_us, a.consumer_cpu_us, final_stats.prefetch_depth,
-      final_stats.prefetch_depth_limit,
+      static_cast<double>(bytes_per_epoch) / median / 1e6, cpu / total_samples * 1e6, a.consumer_us,
+      a.consumer_cpu_us, final_stats.prefetch_depth, final_stats.prefetch_depth_limit,
       static_cast<double>(samples_per_epoch) / median * cpu / total_samples /
           static_cast<double>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))),
-      checksum, ok ? "true" : "false", plan.extra, a.command);
+      checksum, ok ? "true" : "false", memory_fields(a, memory, epoch_starts), plan.extra,
+      a.command);
   return ok ? 0 : 1;
 }
 
