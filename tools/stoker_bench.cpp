@@ -14,6 +14,11 @@
 //   stoker-bench --workload tokens --data FILE ...  TokenDataset over a raw uint16 shard: S random
 //                                                   1,024-token windows (int64), batch 32
 //   stoker-bench --memcpy      single-thread memcpy bandwidth of image-sized batches (9.6 MB)
+//   stoker-bench [--memory-...] --measure-command COMMAND ARGS...
+//                runs COMMAND and samples its process tree from here with the same sampler
+//                (how bench/compare measures PyTorch's and libtorch's loaders); COMMAND's output
+//                is passed through, the memory fields added to each line that is a JSON object.
+//                Other programs' shared memory is read through /proc/PID/map_files: run as root
 //
 // --samples S sets the samples per epoch (default: the workload's own size; tokens: 8,192);
 // for folder and tokens, S random ones. --no-stats sets LoaderOptions::collect_stats = false.
@@ -31,13 +36,19 @@
 // ring's memfd) once. `peak_tree_mb` is the largest total, `peak_tree_at_s` when it was seen
 // (seconds after the sampler started), `peak_tree_epoch` the epoch it fell in (-1: before the
 // first, warm-up epochs first), `ring_resident_mb` the ring's allocated bytes at that moment and
-// `ring_peak_mb` its largest. --memory-anonymous proportional counts anonymous pages shared
-// copy-on-write once (Pss_Anon), walking every page table each pass; resident (the default)
-// reads RssAnon.
+// `ring_peak_mb` its largest. Anonymous memory is Pss_Anon (a page shared copy-on-write counts
+// once over the tree); --memory-anonymous says how it is read: tracked (the default) reads it
+// exactly as often as 0.5% of a core allows (a pass walks every page table, the ring's
+// included) and follows each process's RssAnon in between; proportional reads it in every pass
+// (which then come as rarely as 1% of a core allows); resident counts RssAnon alone (a page
+// shared copy-on-write counts in every process). --memory-cpu-share S sets the sampler's CPU
+// budget (a share of one core, 0.01 by default).
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -53,6 +64,7 @@
 #include <fmt/ranges.h>
 
 #include "bench_workloads.hpp"
+#include "os/posix.hpp"
 #include "os/proc.hpp"
 #include "stoker/stoker.hpp"
 
@@ -77,6 +89,8 @@ struct Args {
   std::string mode = "exact";
   bool memcpy_only = false;
   int memory_interval_ms = 10;  // 0: no sampler
+  double memory_cpu_share = 0.01;
+  std::vector<std::string> measure;  // --measure-command: the command and its arguments
   stoker::detail::AnonymousCount anonymous = stoker::detail::AnonymousCount::kTracked;
   std::string command;
 };
@@ -86,7 +100,8 @@ constexpr const char* kUsage =
     "[--pipeline val|train] [--mode exact|fast] --workers N --epochs E --warmup W "
     "[--persistent] [--prefetch P] [--samples S] [--no-stats] [--consumer-us U] "
     "[--consumer-cpu-us U] [--sample-us U (cpu)] [--memory-interval-ms M] "
-    "[--memory-anonymous tracked|proportional|resident]\n"
+    "[--memory-anonymous tracked|proportional|resident] [--memory-cpu-share S]\n"
+    "       stoker-bench [--memory-...] --measure-command COMMAND ARGS...\n"
     "       stoker-bench --memcpy\n";
 
 [[noreturn]] void usage(const std::string& problem) {
@@ -146,6 +161,21 @@ Args parse(int argc, char** argv) {
       a.sample_us = number(0, 10000000);
     } else if (flag == "--consumer-cpu-us") {
       a.consumer_cpu_us = number(0, 10000000);
+    } else if (flag == "--measure-command") {
+      for (int j = i + 1; j < argc; ++j) {
+        if (j == i + 1 && std::string(argv[j]) == "--") continue;
+        a.measure.emplace_back(argv[j]);
+        a.command += std::string(" ") + argv[j];
+      }
+      if (a.measure.empty()) usage("--measure-command needs the command to run");
+      break;
+    } else if (flag == "--memory-cpu-share") {
+      const std::string v = value();
+      char* end = nullptr;
+      a.memory_cpu_share = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(a.memory_cpu_share > 0) || a.memory_cpu_share > 1) {
+        usage("--memory-cpu-share must be a number above 0 and at most 1, not '" + v + "'");
+      }
     } else if (flag == "--memory-interval-ms") {
       a.memory_interval_ms = number(0, 60000);
     } else if (flag == "--memory-anonymous") {
@@ -170,6 +200,7 @@ Args parse(int argc, char** argv) {
       usage("unknown option " + flag);
     }
   }
+  if (!a.measure.empty()) return a;
   if (a.persistent && a.workers == 0) usage("--persistent needs --workers 1 or more");
   if ((a.workload == "folder" || a.workload == "decode" || a.workload == "tokens") &&
       a.data.empty()) {
@@ -281,6 +312,7 @@ std::string memory_fields(const Args& a, const std::optional<stoker::detail::Tre
       static_cast<long>(std::upper_bound(epoch_starts.begin(), epoch_starts.end(), r->peak_at) -
                         epoch_starts.begin()) -
       1;
+  const std::string epoch_text = epoch_starts.empty() ? "null" : std::to_string(epoch);
   if (r->peak.unmeasured_objects > 0) {
     std::fprintf(stderr,
                  "stoker-bench: %zu shared-memory objects could not be measured (reading "
@@ -293,11 +325,11 @@ std::string memory_fields(const Args& a, const std::optional<stoker::detail::Tre
       "\"peak_tree_epoch\": {}, \"memory_sampler\": {{\"anonymous\": \"{}\", "
       "\"interval_ms\": {}, \"passes\": {}, \"exact_passes\": {}, \"skipped\": {}, "
       "\"seconds\": {:.3f}, "
-      "\"cpu_ms\": {:.2f}, \"unmeasured_objects\": {}}}",
+      "\"cpu_ms\": {:.2f}, \"cpu_share\": {}, \"unmeasured_objects\": {}}}",
       mb(r->peak.total_bytes()), mb(r->peak.ring_bytes), mb(r->ring_peak_bytes),
-      mb(r->peak.anonymous_bytes), r->peak.processes, r->peak_after_seconds, epoch,
+      mb(r->peak.anonymous_bytes), r->peak.processes, r->peak_after_seconds, epoch_text,
       anonymous_name(a.anonymous), a.memory_interval_ms, r->passes, r->exact_passes, r->skipped,
-      r->seconds, r->cpu_seconds * 1e3, r->peak.unmeasured_objects);
+      r->seconds, r->cpu_seconds * 1e3, a.memory_cpu_share, r->peak.unmeasured_objects);
 }
 
 template <class D>
@@ -309,6 +341,7 @@ int run(const Args& a, D dataset, const Plan& plan) {
     stoker::detail::TreeMemorySampler::Options so;
     so.interval = std::chrono::milliseconds(a.memory_interval_ms);
     so.anonymous = a.anonymous;
+    so.max_cpu_share = a.memory_cpu_share;
     sampler.emplace(so);
   }
   std::vector<Clock::time_point> epoch_starts;
@@ -549,9 +582,82 @@ int run_tokens(const Args& a) {
 
 }  // namespace
 
+// --measure-command: runs the command with its standard output through a pipe and samples its
+// process tree from the moment it has exec()ed until it exits; then prints its output, the
+// memory fields added to each line that is a JSON object. Returns the command's exit status.
+int run_measured(const Args& a) {
+  namespace posix = stoker::detail::posix;
+  int out[2];
+  int exec_check[2];  // closed by a successful exec, or given its errno
+  if (posix::make_pipe(out) != 0 || posix::make_pipe(exec_check) != 0) {
+    std::perror("stoker-bench: pipe");
+    return 1;
+  }
+  std::vector<char*> argv;
+  for (const std::string& arg : a.measure) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  std::fflush(nullptr);
+  const pid_t child = posix::fork_process();
+  if (child < 0) {
+    std::perror("stoker-bench: fork");
+    return 1;
+  }
+  if (child == 0) {
+    ::dup2(out[1], STDOUT_FILENO);
+    ::execvp(argv[0], argv.data());
+    const int err = errno;
+    (void)posix::write_all(exec_check[1], &err, sizeof err);
+    ::_exit(127);
+  }
+  posix::close_fd(out[1]);
+  posix::close_fd(exec_check[1]);
+  int err = 0;
+  const bool exec_failed = posix::read_full(exec_check[0], &err, sizeof err) == sizeof err;
+  posix::close_fd(exec_check[0]);
+  std::optional<stoker::detail::TreeMemorySampler> sampler;
+  if (!exec_failed && a.memory_interval_ms > 0) {
+    stoker::detail::TreeMemorySampler::Options so;
+    so.root = child;
+    so.interval = std::chrono::milliseconds(a.memory_interval_ms);
+    so.anonymous = a.anonymous;
+    so.max_cpu_share = a.memory_cpu_share;
+    sampler.emplace(so);
+  }
+  std::string output;
+  char buffer[65536];
+  for (ssize_t n; (n = posix::read_full(out[0], buffer, sizeof buffer)) > 0;) {
+    output.append(buffer, static_cast<std::size_t>(n));
+  }
+  posix::close_fd(out[0]);
+  int status = 0;
+  (void)posix::wait_pid(child, &status, 0);
+  if (exec_failed) {
+    std::fprintf(stderr, "stoker-bench: cannot run %s: %s\n", argv[0], std::strerror(err));
+    return 127;
+  }
+  std::optional<stoker::detail::TreeMemoryReport> memory;
+  if (sampler) memory = sampler->stop();
+  const std::string fields = memory_fields(a, memory, {});
+  std::size_t at = 0;
+  while (at < output.size()) {
+    std::size_t end = output.find('\n', at);
+    if (end == std::string::npos) end = output.size();
+    std::string line = output.substr(at, end - at);
+    at = end + 1;
+    const std::size_t close = line.find_last_not_of(" \t\r");
+    if (!line.empty() && line[0] == '{' && close != std::string::npos && line[close] == '}') {
+      line.insert(close, fields);
+    }
+    std::printf("%s\n", line.c_str());
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
   if (a.memcpy_only) return run_memcpy(a);
+  if (!a.measure.empty()) return run_measured(a);
   try {
     if (a.workload == "tiny") return run_synthetic(a, stoker::bench::TinyDataset{}, 256, true);
     if (a.workload == "image") return run_synthetic(a, stoker::bench::ImageDataset{}, 64, false);

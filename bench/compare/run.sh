@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs stoker (stoker-bench), PyTorch (torch.utils.data.DataLoader, torch_bench.py) and libtorch
 # (torch::data, libtorch_bench) on the same workloads, interleaved: for each workload and worker
-# count the three run back to back, so they see the same machine. Then profiles stoker-bench
+# count the three run back to back, so they see the same machine. Every row's peak memory comes
+# from the same sampler (src/os/proc.hpp's TreeMemorySampler): stoker-bench runs it on its own
+# tree, and around the other two (`stoker-bench --measure-command`), which needs root to read
+# their shared-memory files through /proc/PID/map_files. Then profiles stoker-bench
 # with callgrind (when valgrind is installed) and regenerates docs/benchmarks.md and
 # docs/benchmarks.svg from the figures of this run.
 #
@@ -96,11 +99,12 @@ for workload in tiny image cpu folder tokens; do
       common=(--workload "$workload" --workers "$workers" --epochs "$e" --warmup "$warmup" "${extra[@]}")
       echo "  workers=$workers $variant" >&2
       run stoker "$stoker" "${common[@]}" "${flag[@]}"
-      run pytorch "$py" bench/compare/torch_bench.py "${common[@]}" "${flag[@]}"
+      run pytorch "$stoker" --measure-command "$py" bench/compare/torch_bench.py "${common[@]}" \
+        "${flag[@]}"
       # libtorch's worker threads live as long as its DataLoader: one run covers both variants.
       if [ "$variant" = default ] && [[ "$workload" =~ ^(tiny|image|cpu)$ ]]; then
-        run libtorch "$libtorch" --workload "$workload" --workers "$workers" --epochs "$e" \
-          --warmup "$warmup" --samples "${samples[$workload]}"
+        run libtorch "$stoker" --measure-command "$libtorch" --workload "$workload" \
+          --workers "$workers" --epochs "$e" --warmup "$warmup" --samples "${samples[$workload]}"
       fi
     done
   done
