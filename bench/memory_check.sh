@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
 # stoker-bench's own peak memory (peak_tree_mb, from its sampling thread) against a measurement
 # of the same run from outside (bench/tree_memory.py, every 2 ms, Pss_Anon and each memfd once),
-# for the image workload with 4 workers, with the adaptive prefetch depth and with --prefetch 2,
-# interleaved. Prints a Markdown table and the JSON lines (each holds both measurements).
+# for the image workload with 4 workers (or --workload W --workers N), with the adaptive
+# prefetch depth and with --prefetch 2, interleaved. Prints a Markdown table and the JSON lines
+# (each holds both measurements).
 #
-#   bench/memory_check.sh [--runs 3] [--bench build/release/tools/stoker-bench] [-- EXTRA ARGS]
+#   bench/memory_check.sh [--runs 3] [--workload image] [--workers 4]
+#                         [--bench build/release/tools/stoker-bench] [-- EXTRA ARGS]
 #
 # Needs root (the outside measurement reads /proc/PID/map_files).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=3
+workload=image
+workers=4
 bench=build/release/tools/stoker-bench
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs=$2; shift 2 ;;
+    --workload) workload=$2; shift 2 ;;
+    --workers) workers=$2; shift 2 ;;
     --bench) bench=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    *) echo "usage: bench/memory_check.sh [--runs R] [--bench PATH] [-- EXTRA stoker-bench ARGS]" >&2
+    *) echo "usage: bench/memory_check.sh [--runs R] [--workload W] [--workers N] [--bench PATH]" \
+         "[-- EXTRA stoker-bench ARGS]" >&2
        exit 2 ;;
   esac
 done
@@ -30,7 +37,8 @@ for run in $(seq "$runs"); do
     flag=()
     [ "$prefetch" = 2 ] && flag=(--prefetch 2)
     /usr/bin/python3 bench/tree_memory.py --interval-ms 2 --prefix outside_ -- \
-      "$bench" --workload image --workers 4 --epochs 3 --warmup 1 "${flag[@]}" "${extra[@]}" \
+      "$bench" --workload "$workload" --workers "$workers" --epochs 3 --warmup 1 "${flag[@]}" \
+      "${extra[@]}" \
       2>/dev/null >>"$out"
   done
 done

@@ -332,18 +332,25 @@ std::string memory_fields(const Args& a, const std::optional<stoker::detail::Tre
       r->seconds, r->cpu_seconds * 1e3, a.memory_cpu_share, r->peak.unmeasured_objects);
 }
 
+// The sampler of `root`'s tree (0: this process) as the --memory-* flags say; none with
+// --memory-interval-ms 0.
+void start_sampler(const Args& a, pid_t root,
+                   std::optional<stoker::detail::TreeMemorySampler>& sampler) {
+  if (a.memory_interval_ms <= 0) return;
+  stoker::detail::TreeMemorySampler::Options so;
+  so.root = root;
+  so.interval = std::chrono::milliseconds(a.memory_interval_ms);
+  so.anonymous = a.anonymous;
+  so.max_cpu_share = a.memory_cpu_share;
+  sampler.emplace(so);
+}
+
 template <class D>
 int run(const Args& a, D dataset, const Plan& plan) {
   // Started before the loader exists: its size probe, the fork of its workers and the warm-up
   // are all in the run whose peak is reported.
   std::optional<stoker::detail::TreeMemorySampler> sampler;
-  if (a.memory_interval_ms > 0) {
-    stoker::detail::TreeMemorySampler::Options so;
-    so.interval = std::chrono::milliseconds(a.memory_interval_ms);
-    so.anonymous = a.anonymous;
-    so.max_cpu_share = a.memory_cpu_share;
-    sampler.emplace(so);
-  }
+  start_sampler(a, 0, sampler);
   std::vector<Clock::time_point> epoch_starts;
   stoker::LoaderOptions opt;
   opt.batch_size = plan.batch_size;
@@ -615,14 +622,7 @@ int run_measured(const Args& a) {
   const bool exec_failed = posix::read_full(exec_check[0], &err, sizeof err) == sizeof err;
   posix::close_fd(exec_check[0]);
   std::optional<stoker::detail::TreeMemorySampler> sampler;
-  if (!exec_failed && a.memory_interval_ms > 0) {
-    stoker::detail::TreeMemorySampler::Options so;
-    so.root = child;
-    so.interval = std::chrono::milliseconds(a.memory_interval_ms);
-    so.anonymous = a.anonymous;
-    so.max_cpu_share = a.memory_cpu_share;
-    sampler.emplace(so);
-  }
+  if (!exec_failed) start_sampler(a, child, sampler);
   std::string output;
   char buffer[65536];
   for (ssize_t n; (n = posix::read_full(out[0], buffer, sizeof buffer)) > 0;) {
