@@ -315,9 +315,12 @@ std::string memory_fields(const Args& a, const std::optional<stoker::detail::Tre
   const std::string epoch_text = epoch_starts.empty() ? "null" : std::to_string(epoch);
   if (r->peak.unmeasured_objects > 0) {
     std::fprintf(stderr,
-                 "stoker-bench: %zu shared-memory objects could not be measured (reading "
-                 "/proc/<pid>/map_files needs CAP_SYS_ADMIN); peak_tree_mb leaves them out\n",
-                 r->peak.unmeasured_objects);
+                 "stoker-bench: the size of %zu shared-memory objects could not be read (following "
+                 "/proc/<pid>/map_files needs CAP_SYS_ADMIN); peak_tree_mb counts %s; run as root "
+                 "for their allocated size\n",
+                 r->peak.unmeasured_objects,
+                 r->peak.shared_from_pss ? "the pages of them that some process maps (Pss_Shmem)"
+                                         : "none of them");
   }
   return fmt::format(
       ", \"peak_tree_mb\": {:.1f}, \"ring_resident_mb\": {:.1f}, \"ring_peak_mb\": {:.1f}, "
@@ -325,11 +328,13 @@ std::string memory_fields(const Args& a, const std::optional<stoker::detail::Tre
       "\"peak_tree_epoch\": {}, \"memory_sampler\": {{\"anonymous\": \"{}\", "
       "\"interval_ms\": {}, \"passes\": {}, \"exact_passes\": {}, \"skipped\": {}, "
       "\"seconds\": {:.3f}, "
-      "\"cpu_ms\": {:.2f}, \"cpu_share\": {}, \"unmeasured_objects\": {}}}",
+      "\"cpu_ms\": {:.2f}, \"cpu_share\": {}, \"unmeasured_objects\": {}, "
+      "\"shared_from_pss\": {}}}",
       mb(r->peak.total_bytes()), mb(r->peak.ring_bytes), mb(r->ring_peak_bytes),
       mb(r->peak.anonymous_bytes), r->peak.processes, r->peak_after_seconds, epoch_text,
       anonymous_name(a.anonymous), a.memory_interval_ms, r->passes, r->exact_passes, r->skipped,
-      r->seconds, r->cpu_seconds * 1e3, a.memory_cpu_share, r->peak.unmeasured_objects);
+      r->seconds, r->cpu_seconds * 1e3, a.memory_cpu_share, r->peak.unmeasured_objects,
+      r->peak.shared_from_pss);
 }
 
 // The sampler of `root`'s tree (0: this process) as the --memory-* flags say; none with

@@ -1,6 +1,5 @@
 #include "os/proc.hpp"
 
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -351,6 +350,7 @@ std::optional<TreeMemory> TreeMemoryReader::read(pid_t root, bool exact) {
         for (Process& p : processes_) {
           if (p.seen == pass_) p.baseline = p.candidate;
         }
+        last_pss_shmem_ = pending_pss_shmem_;
       }
       m.exact = exact;
       return m;
@@ -397,6 +397,7 @@ bool TreeMemoryReader::read_pass(pid_t root, bool exact, TreeMemory& out, bool& 
                    processes_.end());
   processes_.reserve(tree.size());
   residents_.assign(tree.size(), 0);
+  std::uint64_t pss_shmem = 0;
   for (std::size_t i = 0; i < tree.size(); ++i) {
     const pid_t pid = tree[i];
     if (!posix::read_file(fmt::format("/proc/{}/statm", pid).c_str(), text_)) {
@@ -429,6 +430,7 @@ bool TreeMemoryReader::read_pass(pid_t root, bool exact, TreeMemory& out, bool& 
           p.candidate.proportional = anon;
         }
         out.file_pss_bytes += parse_kb_field(text_, "Pss_File").value_or(0);
+        pss_shmem += parse_kb_field(text_, "Pss_Shmem").value_or(0);
       }
     } else if (anonymous_ == AnonymousCount::kTracked && p.baseline.valid) {
       // The share at the last exact pass, moved by what the resident count moved since: pages
@@ -459,8 +461,9 @@ bool TreeMemoryReader::read_pass(pid_t root, bool exact, TreeMemory& out, bool& 
       if (!known) objects_.push_back({&m, &p});
     }
   }
-  own_maps_read_ = false;
+  bool all_ring = true;
   for (const Object& o : objects_) {
+    all_ring = all_ring && o.mapping->ring;
     bool gone = false;
     const std::optional<std::uint64_t> bytes = object_bytes(o, gone);
     if (gone) {  // the process's mappings changed since its maps were read: read them again
@@ -474,6 +477,14 @@ bool TreeMemoryReader::read_pass(pid_t root, bool exact, TreeMemory& out, bool& 
     ++out.shared_objects;
     out.shared_bytes += *bytes;
     if (o.mapping->ring) out.ring_bytes += *bytes;
+  }
+  pending_pss_shmem_ = pss_shmem;
+  if (out.unmeasured_objects > 0 && anonymous_ != AnonymousCount::kResident) {
+    // Without map_files (no privilege): each page some process maps, once, as the processes'
+    // shares of it; right because an exact pass counts only if the tree did not change.
+    out.shared_from_pss = true;
+    out.shared_bytes = exact ? pss_shmem : last_pss_shmem_;
+    out.ring_bytes = all_ring ? out.shared_bytes : 0;
   }
   return true;
 }
@@ -494,35 +505,7 @@ std::optional<std::uint64_t> TreeMemoryReader::object_bytes(const Object& o, boo
     gone = true;  // nothing is mapped there now (or the process is gone)
     return std::nullopt;
   }
-  return own_mapping_bytes(m);  // EPERM: map_files needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE
-}
-
-std::optional<std::uint64_t> TreeMemoryReader::own_mapping_bytes(const Mapping& object) {
-  // mincore() of this process's own mapping of the object: for a shared file mapping it reports
-  // the object's pages that exist, whoever faulted them in.
-  if (!own_maps_read_) {
-    own_maps_read_ = true;
-    own_maps_.clear();
-    if (posix::read_file("/proc/self/maps", own_maps_text_)) {
-      own_maps_ = parse_shmem_mappings(own_maps_text_);
-    }
-  }
-  for (const ShmemMapping& m : own_maps_) {
-    if (m.device != object.device || m.inode != object.inode) continue;
-    constexpr std::uint64_t kChunkPages = std::uint64_t{1} << 18;
-    resident_.resize(kChunkPages);
-    std::uint64_t pages = 0;
-    for (std::uint64_t at = m.start; at < m.end;) {
-      const std::uint64_t n = std::min(kChunkPages, (m.end - at + page_bytes_ - 1) / page_bytes_);
-      if (::mincore(reinterpret_cast<void*>(at), n * page_bytes_, resident_.data()) != 0) {
-        return std::nullopt;
-      }
-      for (std::uint64_t i = 0; i < n; ++i) pages += resident_[i] & 1u;
-      at += n * page_bytes_;
-    }
-    return pages * page_bytes_;
-  }
-  return std::nullopt;
+  return std::nullopt;  // EPERM: map_files needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE
 }
 
 TreeMemorySampler::TreeMemorySampler(Options options)

@@ -145,10 +145,13 @@ struct TreeMemory {
   std::uint64_t file_pss_bytes = 0;        // Pss_File summed (kProportional only; not in total)
   std::size_t processes = 0;
   std::size_t shared_objects = 0;
-  // Objects whose size could not be read: /proc/<pid>/map_files needs CAP_SYS_ADMIN (or
-  // CAP_CHECKPOINT_RESTORE), and without it only the objects this process maps itself are
-  // measured (mincore() of its own mapping). Left out of shared_bytes.
+  // Objects whose size could not be read: following /proc/<pid>/map_files needs CAP_SYS_ADMIN
+  // (or CAP_CHECKPOINT_RESTORE). When there is one, shared_bytes is instead the processes'
+  // Pss_Shmem summed (shared_from_pss): the objects' pages that some process maps, once, read
+  // by the exact passes (a kTracked pass in between repeats the last one's; a kResident pass
+  // has none). ring_bytes is then shared_bytes if every object is the ring's, else 0.
   std::size_t unmeasured_objects = 0;
+  bool shared_from_pss = false;
   bool exact = false;  // the anonymous figure is every process's Pss_Anon, read in this pass
   std::uint64_t total_bytes() const noexcept { return anonymous_bytes + shared_bytes; }
 };
@@ -208,10 +211,9 @@ class TreeMemoryReader {
   // false when `root` cannot be read; `retry` is set when an object must be looked up again.
   bool read_pass(pid_t root, bool exact, TreeMemory& out, bool& retry);
   Process& process(pid_t pid, std::uint64_t size_pages);
-  // The object's bytes: from map_files, or from this process's own mapping of it; nullopt when
-  // neither can say. `gone` when the mapping no longer leads to the object.
+  // The object's allocated bytes, from map_files; nullopt when they cannot be read. `gone` when
+  // the mapping no longer leads to the object.
   std::optional<std::uint64_t> object_bytes(const Object& o, bool& gone);
-  std::optional<std::uint64_t> own_mapping_bytes(const Mapping& m);
 
   AnonymousCount anonymous_;
   std::string ring_prefix_;
@@ -223,10 +225,8 @@ class TreeMemoryReader {
   std::vector<pid_t> parents_;            // ... and each one's parent
   std::vector<std::uint64_t> residents_;  // ... and each one's RssAnon
   std::vector<Object> objects_;
-  bool own_maps_read_ = false;  // in this pass
-  std::vector<ShmemMapping> own_maps_;
-  std::string own_maps_text_;
-  std::vector<unsigned char> resident_;  // mincore() results
+  std::uint64_t last_pss_shmem_ = 0;     // Pss_Shmem summed by the last exact pass that counted
+  std::uint64_t pending_pss_shmem_ = 0;  // ... by this pass
 };
 
 // The peak of a tree's memory over a run, sampled from a thread of this process.
