@@ -600,11 +600,13 @@ def main():
     if os.path.exists(notes):
         with open(notes) as f:
             doc.append(f.read())
-    # The record-shard figures come from bench/shards.sh, not from this run: kept as written.
-    shards = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shards.md")
-    if os.path.exists(shards):
-        with open(shards) as f:
-            doc.append(f.read())
+    # The record-shard figures come from bench/shards.sh and the adaptive depth's before/after
+    # from bench/depth_before_after.sh, not from this run: kept as written.
+    for kept in ("shards.md", "depth_before_after.md"):
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", kept)
+        if os.path.exists(path):
+            with open(path) as f:
+                doc.append(f.read())
     # The vision section (bench/compare/vision.sh, vision_report.py) is kept as it is.
     vision = ""
     if os.path.exists(a.doc):

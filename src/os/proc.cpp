@@ -1,5 +1,6 @@
 #include "os/proc.hpp"
 
+#include <pthread.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <string>
 
 #include <fmt/format.h>
@@ -508,11 +510,33 @@ std::optional<std::uint64_t> TreeMemoryReader::object_bytes(const Object& o, boo
   return std::nullopt;  // EPERM: map_files needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE
 }
 
+namespace {
+
+// Held by a sampler thread through each pass, and by fork() (pthread_atfork) while it copies the
+// process: a child is then never forked while a pass holds an allocator's lock. glibc's malloc
+// takes its own locks around fork(), but other allocators (ASan's, whose stack depot's spin lock
+// a worker forked mid-pass waited on forever) do not.
+pthread_mutex_t g_pass_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void lock_passes() noexcept { (void)::pthread_mutex_lock(&g_pass_lock); }
+void unlock_passes() noexcept { (void)::pthread_mutex_unlock(&g_pass_lock); }
+
+void hold_passes_across_fork() {
+  static std::once_flag registered;
+  std::call_once(registered, [] {
+    // In the child the forking thread, which took the lock, is the one left: it unlocks it.
+    (void)::pthread_atfork(lock_passes, unlock_passes, unlock_passes);
+  });
+}
+
+}  // namespace
+
 TreeMemorySampler::TreeMemorySampler(Options options)
     : options_(std::move(options)),
       started_(std::chrono::steady_clock::now()),
       reader_(options_.anonymous, options_.ring_prefix) {
   report_.interval = options_.interval;
+  hold_passes_across_fork();
   first_exact_cpu_ = pass(true);
   thread_ = std::thread([this] { run(); });
 }
@@ -561,7 +585,9 @@ void TreeMemorySampler::run() {
     lock.unlock();
     const Clock::time_point now = Clock::now();
     const bool exact = options_.anonymous != AnonymousCount::kTracked || now >= next_exact;
+    lock_passes();
     const double cpu = pass(exact);
+    unlock_passes();
     Clock::duration rest = std::max<Clock::duration>(options_.interval, after(cpu, half));
     if (exact && options_.anonymous == AnonymousCount::kTracked) {
       next_exact = now + after(cpu, half);

@@ -259,9 +259,9 @@ class TreeMemorySampler {
   // Takes a first pass, then starts the thread. Any process (`root` need not be this one); no
   // throw except std::system_error when the thread cannot start. fork() copies only the forking
   // thread: a forked child neither sees nor joins this one (it must leave with _exit(), as
-  // stoker's workers do). The thread takes no lock a child could need but malloc's, which glibc
-  // takes around fork(); a DataLoader forking while it runs still warns, once, that the process
-  // has two threads.
+  // stoker's workers do). fork() waits for the thread's pass to end (pthread_atfork), so a child
+  // never starts with a lock the pass held (an allocator's: ASan's are not taken around fork);
+  // a DataLoader forking while it runs still warns, once, that the process has two threads.
   explicit TreeMemorySampler(Options options);
   ~TreeMemorySampler();  // stop()
   TreeMemorySampler(const TreeMemorySampler&) = delete;
