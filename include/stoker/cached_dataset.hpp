@@ -17,15 +17,6 @@
 
 namespace stoker {
 
-struct CacheStats {
-  std::uint64_t hits = 0;
-  std::uint64_t misses = 0;
-  std::uint64_t entries = 0;     // samples cached
-  std::uint64_t bytes_used = 0;  // of the budget
-  std::uint64_t budget_bytes = 0;
-  std::uint64_t rejected = 0;  // samples that did not fit any more
-};
-
 namespace detail {
 
 // The non-template cache: a sealed memfd holding a header, one entry per dataset index, and

@@ -87,9 +87,7 @@ class Subset {
     if (i >= indices_.size()) detail::throw_index_out_of_range("Subset::get", i, indices_.size());
     return Sample(dataset_->get(indices_[i]));
   }
-  CacheStats cache_stats() const requires detail::HasCacheStats<D> {
-    return dataset_->cache_stats();
-  }
+  CacheStats cache_stats() const requires CacheReporting<D> { return dataset_->cache_stats(); }
   const std::vector<std::size_t>& indices() const noexcept { return indices_; }
   D& dataset() noexcept { return *dataset_; }
   const D& dataset() const noexcept { return *dataset_; }
@@ -304,9 +302,7 @@ class TransformDataset {
   void start_epoch(std::uint64_t epoch) requires RestartableDataset<D> {
     dataset_->start_epoch(epoch);
   }
-  CacheStats cache_stats() const requires detail::HasCacheStats<D> {
-    return dataset_->cache_stats();
-  }
+  CacheStats cache_stats() const requires CacheReporting<D> { return dataset_->cache_stats(); }
   D& dataset() noexcept { return *dataset_; }
   const D& dataset() const noexcept { return *dataset_; }
 

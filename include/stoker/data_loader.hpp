@@ -219,9 +219,17 @@ class DataLoader {
       // The common case streams: one sample at a time, stacked straight into the slot.
       StackCollator stack(out);
       if (!out.time_stages()) {
+        bool first = true;
         for (const std::size_t index : indices) {
           out.begin_sample(index);
-          stack.add(ds.get(index));
+          if (!first) {
+            stack.add(ds.get(index));
+            continue;
+          }
+          const Sample sample(ds.get(index));
+          out.first_sample_loaded(sample);
+          stack.add(sample);
+          first = false;
         }
         return;
       }
@@ -234,8 +242,10 @@ class DataLoader {
         const std::uint64_t start = detail::now_ns();
         if (got != 0) collate_ns += start - got;
         const Sample sample(ds.get(index));
+        const bool first = got == 0;
         got = detail::now_ns();
         get_ns += got - start;
+        if (first) out.first_sample_loaded(sample);
         stack.add(sample);
       }
       if (got != 0) collate_ns += detail::now_ns() - got;
@@ -249,13 +259,15 @@ class DataLoader {
       out.begin_sample(index);
       if (!out.skips_samples()) {
         samples.emplace_back(ds.get(index));
-        continue;
+      } else {
+        try {
+          samples.emplace_back(ds.get(index));
+        } catch (...) {
+          out.skip_sample();
+          continue;
+        }
       }
-      try {
-        samples.emplace_back(ds.get(index));
-      } catch (...) {
-        out.skip_sample();
-      }
+      if (samples.size() == 1) out.first_sample_loaded(samples.front());
     }
     collate_held(samples, collate, get_start, out);  // empty: every sample was skipped
   }

@@ -42,12 +42,22 @@ concept CachingDataset = MapDataset<D> && requires(D& dataset) {
   { dataset.source() } -> std::same_as<typename D::source_dataset&>;
 };
 
+// A sample cache's counters (CachedDataset's).
+struct CacheStats {
+  std::uint64_t hits = 0;
+  std::uint64_t misses = 0;
+  std::uint64_t entries = 0;     // samples cached
+  std::uint64_t bytes_used = 0;  // of the budget
+  std::uint64_t budget_bytes = 0;
+  std::uint64_t rejected = 0;  // samples that did not fit any more
+};
+
 // A dataset that reports a sample cache's counters (CachedDataset, and the composed datasets
-// that pass them on): the memory estimate counts the cache's budget and stats() its hits.
+// that pass them on): the memory estimate counts the cache's budget, stats() its hits, and a
+// composed dataset adds up its parts' counters. The one statement of that contract.
 template <class D>
 concept CacheReporting = requires(const D& dataset) {
-  { dataset.cache_stats().budget_bytes } -> std::convertible_to<std::uint64_t>;
-  { dataset.cache_stats().hits } -> std::convertible_to<std::uint64_t>;
+  { dataset.cache_stats() } -> std::convertible_to<CacheStats>;
 };
 
 namespace detail {

@@ -1,5 +1,6 @@
 // Memory: what this machine (or container) allows, and what a loader will need. probe_system()
-// reads the limits, each with the file it came from; estimate_memory() breaks a loader's peak
+// (stoker/system_probe.hpp, included here) reads the limits, each with the file it came from;
+// estimate_memory() breaks a loader's peak
 // memory down (the shared ring, each worker's private memory, the main process, pinned staging,
 // a sample cache); recommend_num_workers() picks a worker count from cores, CPU quota, memory
 // and storage. A DataLoader runs the same estimate before it forks and refuses, with
@@ -12,48 +13,9 @@
 #include <string>
 
 #include "stoker/errors.hpp"
+#include "stoker/system_probe.hpp"
 
 namespace stoker {
-
-// A value read from the system, with where it came from; `value` is empty when no source could
-// be read ("unknown", never a made-up zero).
-template <class T>
-struct Probed {
-  std::optional<T> value;
-  std::string source = "unknown";
-  bool known() const noexcept { return value.has_value(); }
-};
-
-struct SystemInfo {
-  Probed<std::uint64_t> mem_total;      // bytes
-  Probed<std::uint64_t> mem_available;  // MemAvailable: what can be used without swapping
-  Probed<std::uint64_t> swap_total;
-  Probed<std::uint64_t> swap_used;
-  Probed<std::uint64_t> cgroup_limit;  // the memory cgroup's limit; empty when unlimited
-  Probed<std::uint64_t> cgroup_usage;
-  Probed<double> cpu_quota;        // CPUs the cgroup may use; empty when unlimited
-  Probed<std::uint64_t> shm_size;  // /dev/shm (what Docker's --shm-size sets)
-  Probed<std::uint64_t> shm_free;
-  Probed<std::uint64_t> memlock_limit;  // RLIMIT_MEMLOCK; empty when unlimited
-  Probed<std::uint64_t> nofile_limit;   // RLIMIT_NOFILE
-  Probed<std::size_t> physical_cores;
-  Probed<std::size_t> logical_cpus;
-  Probed<std::size_t> numa_nodes;
-  Probed<bool> rotational;          // the disk under ProbeOptions::path spins
-  Probed<bool> network_filesystem;  // ProbeOptions::path is on NFS, CIFS, a FUSE mount...
-
-  // The memory a new process tree may still use: MemAvailable, or what the cgroup's limit
-  // leaves, whichever is smaller. Empty when neither is known.
-  std::optional<std::uint64_t> usable_memory() const noexcept;
-};
-
-struct ProbeOptions {
-  std::string root;        // "" for this machine; a directory with proc/ and sys/ for tests
-  std::string path = ".";  // where the data lives, for `rotational` and `network_filesystem`
-};
-
-// Main process. Never throws for a missing or unreadable source: that field stays unknown.
-SystemInfo probe_system(const ProbeOptions& options = {});
 
 // Where a loader's memory goes, at its peak: the memory the kernel cannot reclaim (anonymous
 // and shared memory). File-backed pages (the program's code and libraries as they page in,

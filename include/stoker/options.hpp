@@ -36,10 +36,12 @@ enum class PinMode : std::uint8_t {
 };
 
 // LoaderOptions::prefetch_factor = kAdaptivePrefetch: a depth that adapts, from 2 up to
-// kMaxAdaptivePrefetch batches per worker (see prefetch_factor). How deep depends on the
-// batch's size: a worker's batches in flight are held to kAdaptivePrefetchBytes, but never to
-// fewer than kAdaptivePrefetchFloor batches however large they are, and to that floor while
-// the bytes per sample are not known. The memory check may lower the limit further.
+// kMaxAdaptivePrefetch batches per worker (see prefetch_factor), deepening only while the rate
+// of delivered batches rises with it. How deep it may go depends on the batch's size: a
+// worker's batches in flight are held to kAdaptivePrefetchBytes (never below
+// kMinAdaptivePrefetch batches), and to kAdaptivePrefetchFloor while the bytes per sample are
+// not known (also the depth of the narrower ring used when the full one cannot be mapped). The
+// memory check may lower the limit further.
 inline constexpr std::size_t kAdaptivePrefetch = 0;
 inline constexpr std::size_t kMinAdaptivePrefetch = 2;
 inline constexpr std::size_t kMaxAdaptivePrefetch = 32;

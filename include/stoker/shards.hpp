@@ -19,7 +19,6 @@
 #include <utility>
 #include <vector>
 
-#include "stoker/options.hpp"
 #include "stoker/sample.hpp"
 #include "stoker/tensor.hpp"
 
@@ -243,8 +242,14 @@ class ShardedStream {
   // std::invalid_argument for num_workers == kAuto or in_order false; load_state() for a
   // malformed state; the epoch's start_epoch() does when the state was saved with other shards,
   // seed, world_size or num_workers.
+  // (`Options` is LoaderOptions, stoker/options.hpp: a template so that this layer does not
+  // depend on the loader's header.)
+  template <class Options>
   std::string state(std::uint64_t epoch, std::uint64_t batches,
-                    const LoaderOptions& loader_options) const;
+                    const Options& loader_options) const {
+    return state_for(epoch, batches, loader_options.batch_size, loader_options.num_workers,
+                     loader_options.in_order);
+  }
   void load_state(std::string_view state);
 
   // For the formats' stream factories: `format` knows every shard's record count. Throws
@@ -254,6 +259,8 @@ class ShardedStream {
 
  private:
   friend class ShardedDataset;
+  std::string state_for(std::uint64_t epoch, std::uint64_t batches, std::size_t batch_size,
+                        int num_workers, bool in_order) const;
   ShardedStream(std::shared_ptr<const detail::ShardFormat> format,
                 std::shared_ptr<const detail::FieldPlan> plan, std::size_t max_open_shards,
                 StreamOptions stream_options);

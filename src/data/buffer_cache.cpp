@@ -7,7 +7,7 @@
 #include <new>
 #include <vector>
 
-#include "ipc/spin.hpp"
+#include "data/spin.hpp"
 
 namespace stoker::detail {
 namespace {

@@ -22,19 +22,16 @@
 #include <type_traits>
 
 #include "ipc/shared_region.hpp"
-#include "stoker/options.hpp"
 
 namespace stoker::detail {
 
 inline constexpr std::uint64_t kRingMagic = 0x474e49524b4f5453ULL;  // "STOKRING"
-inline constexpr std::uint32_t kRingVersion = 3;
+inline constexpr std::uint32_t kRingVersion = 4;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::size_t kPageSize = 4096;
 // A channel's queues hold at most slots_per_channel batch messages plus two stop messages
-// (INV-QUEUE-2), and slots_per_channel <= kMaxPrefetchFactor (64).
+// (INV-QUEUE-2, kept by loader/worker_pool.hpp, which asserts the capacity suffices).
 inline constexpr std::size_t kQueueCapacity = 128;
-static_assert(kQueueCapacity >= kMaxPrefetchFactor + 2,
-              "INV-QUEUE-2: a task queue holds a batch message per slot and two stop messages");
 inline constexpr std::uint64_t kNoSample = ~std::uint64_t{0};
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
@@ -147,8 +144,8 @@ struct SlotHeader {
   // `num_to_load` of its num_indices samples into fields sized for all of them; the main
   // process copies the other parts' rows in. 0: load every index.
   std::uint64_t num_to_load;
-  // Non-zero: report this process's private memory (Private_Dirty) after the batch, in
-  // `private_bytes` (the first batch of an epoch whose memory check waits for it).
+  // Non-zero: this is the loading worker's first task while the memory check waits for
+  // figures: report the first sample's bytes and wait at the first-sample gate (Channel).
   std::uint32_t report_memory;
   std::uint32_t reserved3;
   // Written by the loading process before it pushes the result; the main process reads them
@@ -173,7 +170,6 @@ struct SlotHeader {
   std::uint64_t collate_ns;
   std::uint32_t stages_timed;
   std::uint32_t reserved2;
-  std::uint64_t private_bytes;  // report_memory: Private_Dirty after the batch; 0 unknown
   // Bytes from the slot's start that some process has backed with memory (grows only, by CAS:
   // main backs the indices, the loading process the payload). Read for memory accounting.
   std::atomic<std::uint64_t> committed;
@@ -196,8 +192,21 @@ struct Channel {
   // `fatal_valid` is stored (release) after the report, read by main after reaping.
   std::atomic<std::uint32_t> fatal_valid;
   ErrorReport fatal;
+  // The first-sample gate (loader/first_batch.cpp): while the memory check waits for figures,
+  // a worker's first task has SlotHeader::report_memory set, and after that task's first get()
+  // the worker writes `first_sample_bytes` (the sample's bytes: one row of the batch) and
+  // `first_private_bytes` (its private memory then; 0 unknown), stores `first_reported` = 1
+  // (release; main's acquire load of it makes both visible) and waits on `first_gate` (a
+  // futex) until main stores 1 there (release) after the check passed, or stop_requested.
+  // Main clears all four (reset_channel, and before it issues such a task) while the channel's
+  // worker has no task with report_memory in flight.
+  std::atomic<std::uint32_t> first_reported;
+  std::atomic<std::uint32_t> first_gate;
+  std::uint64_t first_sample_bytes;
+  std::uint64_t first_private_bytes;
 };
 static_assert(std::is_standard_layout_v<Channel>);
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 
 struct ControlBlock {
   std::uint64_t magic;  // kRingMagic

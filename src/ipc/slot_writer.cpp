@@ -9,6 +9,7 @@
 #include "data/format.hpp"
 #include "data/random_state.hpp"
 #include "ipc/field_codec.hpp"
+#include "os/posix.hpp"
 #include "os/proc.hpp"
 #include "stoker/errors.hpp"
 #include "stoker/worker_info.hpp"
@@ -23,14 +24,30 @@ namespace {
       slot, what));
 }
 
+// The pages only this process has written to its private mappings (not the ring's, which the
+// estimate counts as the ring), and what it held and gave back (VmHWM - VmRSS: a decoder's
+// buffers), as the probe counts them. A fork starts the child's VmHWM afresh, so the parent's
+// peak is not in it. Empty when /proc cannot tell.
+std::optional<std::uint64_t> own_memory_bytes() noexcept {
+  try {
+    if (const std::optional<std::uint64_t> own = read_own_private_anonymous()) {
+      const std::optional<ResidentPeak> rss = read_own_resident_peak();
+      return *own + (rss ? rss->peak_bytes - rss->now_bytes : 0);
+    }
+  } catch (...) {  // unknown: the estimate keeps its default
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 SlotWriter::SlotWriter(const Ring& ring, SlotMemory& memory, std::size_t slot, Channel* channel,
-                       bool skip_samples, bool time_stages)
+                       int main_eventfd, bool skip_samples, bool time_stages)
     : ring_(ring),
       memory_(memory),
       slot_(slot),
       channel_(channel),
+      main_eventfd_(main_eventfd),
       header_(ring.header(slot)),
       // A split batch 0's host slot loads only its part, into fields sized for the whole batch.
       indices_(reinterpret_cast<const std::size_t*>(ring.indices(slot)),
@@ -143,6 +160,22 @@ void SlotWriter::begin_sample(std::size_t index) {
   }
 }
 
+void SlotWriter::first_sample_loaded(const Sample& sample) {
+  if (header_.report_memory == 0 || channel_ == nullptr) return;
+  std::size_t bytes = 0;
+  for (const Field& field : sample.fields()) bytes += field.tensor.nbytes();
+  channel_->first_sample_bytes = bytes;
+  channel_->first_private_bytes = own_memory_bytes().value_or(0);
+  channel_->first_reported.store(1, std::memory_order_release);  // pairs with main's acquire
+  ring_doorbell(ring_.control().main_doorbell, main_eventfd_);
+  // Until the check passed (first_gate, release by main: nothing else to read) or main asks
+  // this worker to stop; a bounded sleep, so a stop request is seen within 10 ms.
+  while (channel_->first_gate.load(std::memory_order_acquire) == 0) {
+    if (channel_->stop_requested.load(std::memory_order_relaxed) != 0) throw Cancelled{};
+    (void)posix::futex_wait(channel_->first_gate, 0, 10);
+  }
+}
+
 void SlotWriter::finish() {
   std::vector<FieldRecord> records;
   records.reserve(fields_.size());
@@ -170,8 +203,8 @@ void SlotWriter::fail_with_current_exception() noexcept {
 }
 
 LoadOutcome load_batch(const Ring& ring, SlotMemory& memory, std::size_t s, Channel* channel,
-                       const ProduceFn& produce, bool skip_samples, bool time_stages,
-                       std::exception_ptr* error) noexcept {
+                       int main_eventfd, const ProduceFn& produce, bool skip_samples,
+                       bool time_stages, std::exception_ptr* error) noexcept {
   SlotHeader& header = ring.header(s);
   header.status = SlotStatus::kEmpty;
   header.exhausted = 0;  // read with an error too: never left over from the slot's last batch
@@ -179,12 +212,11 @@ LoadOutcome load_batch(const Ring& ring, SlotMemory& memory, std::size_t s, Chan
   header.get_ns = 0;
   header.collate_ns = 0;
   header.stages_timed = 0;
-  header.private_bytes = 0;
   if (channel != nullptr) channel->current_batch.store(header.batch + 1, std::memory_order_relaxed);
   LoadOutcome outcome = LoadOutcome::kOk;
   std::optional<SlotWriter> writer;
   try {
-    writer.emplace(ring, memory, s, channel, skip_samples, time_stages);
+    writer.emplace(ring, memory, s, channel, main_eventfd, skip_samples, time_stages);
     produce(*writer);
     writer->finish();
   } catch (const Cancelled&) {
@@ -200,19 +232,6 @@ LoadOutcome load_batch(const Ring& ring, SlotMemory& memory, std::size_t s, Chan
     outcome = LoadOutcome::kError;
   }
   end_sample_rng();
-  if (header.report_memory != 0) {
-    try {
-      // The pages only this worker has written to its private mappings (not the ring's, which
-      // the estimate counts as the ring), and what it held during get() and gave back (VmHWM -
-      // VmRSS: a decoder's buffers), as the probe counts them. A fork starts the child's VmHWM
-      // afresh, so the parent's peak is not in it.
-      if (const std::optional<std::uint64_t> own = read_own_private_anonymous()) {
-        const std::optional<ResidentPeak> rss = read_own_resident_peak();
-        header.private_bytes = *own + (rss ? rss->peak_bytes - rss->now_bytes : 0);
-      }
-    } catch (...) {  // unknown: the estimate keeps its default
-    }
-  }
   header.end_ns = now_ns();
   if (channel != nullptr) {
     channel->current_sample.store(kNoSample, std::memory_order_relaxed);

@@ -14,7 +14,7 @@
 
 #include "ipc/field_codec.hpp"
 #include "ipc/ring.hpp"
-#include "stoker/detail/loader_core.hpp"
+#include "stoker/detail/batch_sink.hpp"
 #include "stoker/sample.hpp"
 
 namespace stoker::detail {
@@ -24,10 +24,11 @@ struct Cancelled {};
 
 class SlotWriter final : public BatchSink {
  public:
-  // `channel` is the loading worker's, or nullptr in the main process. `skip_samples`:
+  // `channel` is the loading worker's, or nullptr in the main process; `main_eventfd` the main
+  // doorbell's eventfd (a worker's; -1 in the main process). `skip_samples`:
   // OnSampleError::kSkip.
   SlotWriter(const Ring& ring, SlotMemory& memory, std::size_t slot, Channel* channel,
-             bool skip_samples, bool time_stages);
+             int main_eventfd, bool skip_samples, bool time_stages);
 
   Tensor alloc(std::string_view name, DType dtype, const Shape& shape) override;
   std::span<const std::size_t> indices() const noexcept override { return indices_; }
@@ -46,6 +47,8 @@ class SlotWriter final : public BatchSink {
     header_.collate_ns += collate_ns;
     header_.stages_timed = 1;
   }
+  // With report_memory in a worker: the first-sample gate (ring.hpp, Channel::first_gate).
+  void first_sample_loaded(const Sample& sample) override;
 
   // Writes the descriptor and marks the slot kOk.
   void finish();
@@ -68,6 +71,7 @@ class SlotWriter final : public BatchSink {
   SlotMemory& memory_;
   std::size_t slot_;
   Channel* channel_;
+  int main_eventfd_;
   SlotHeader& header_;
   std::span<const std::size_t> indices_;
   std::vector<AllocatedField> fields_;
@@ -89,8 +93,8 @@ enum class LoadOutcome { kOk, kError, kCancelled };
 // inside get() and the collate) in the header. When `error` is given, a failure's exception is
 // stored there too (the main process nests it in the WorkerException). Never throws.
 LoadOutcome load_batch(const Ring& ring, SlotMemory& memory, std::size_t s, Channel* channel,
-                       const ProduceFn& produce, bool skip_samples, bool time_stages,
-                       std::exception_ptr* error) noexcept;
+                       int main_eventfd, const ProduceFn& produce, bool skip_samples,
+                       bool time_stages, std::exception_ptr* error) noexcept;
 
 // Which batches a loading process times stage by stage: every one that is slow enough for a
 // few clock reads per sample not to matter, and one in kEvery otherwise (the per-stage split

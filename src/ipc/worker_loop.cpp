@@ -13,8 +13,8 @@
 
 #include "data/buffer_cache.hpp"
 #include "data/error_text.hpp"
+#include "data/spin.hpp"
 #include "ipc/slot_writer.hpp"
-#include "ipc/spin.hpp"
 #include "ipc/worker_process.hpp"
 #include "os/assert.hpp"
 #include "os/posix.hpp"
@@ -136,8 +136,8 @@ void worker_main(const WorkerLaunch& launch, pid_t parent) noexcept {
       report_init_error(ring.header(message.slot), *init_error);
     } else {
       const LoadOutcome outcome =
-          load_batch(ring, *memory, message.slot, &channel, *launch.produce, launch.skip_samples,
-                     launch.collect_stats && stages.next(), nullptr);
+          load_batch(ring, *memory, message.slot, &channel, launch.main_eventfd, *launch.produce,
+                     launch.skip_samples, launch.collect_stats && stages.next(), nullptr);
       stages.record(ring.header(message.slot));
       if (outcome == LoadOutcome::kCancelled) ::_exit(0);
     }

@@ -21,8 +21,8 @@
 
 #include "data/buffer_cache.hpp"
 #include "data/error_text.hpp"
+#include "data/spin.hpp"
 #include "ipc/slot_writer.hpp"
-#include "ipc/spin.hpp"
 #include "os/proc.hpp"
 #include "stoker/errors.hpp"
 

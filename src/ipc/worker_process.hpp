@@ -16,7 +16,7 @@
 
 #include "ipc/ring.hpp"
 #include "os/posix.hpp"
-#include "stoker/detail/loader_core.hpp"
+#include "stoker/detail/batch_sink.hpp"
 #include "stoker/worker_info.hpp"
 
 namespace stoker::detail {

@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "ipc/spin.hpp"
+#include "data/spin.hpp"
 #include "os/assert.hpp"
 #include "os/log.hpp"
 #include "os/posix.hpp"
@@ -115,7 +115,7 @@ void LoaderCore::Impl::throw_batch_error(std::size_t s, const ErrorReport& repor
 bool LoaderCore::Impl::progress_possible() noexcept {
   const bool collected = collect();
   const bool reclaimed = slots.reclaim(shared->held.get());
-  return collected || reclaimed;
+  return collected || reclaimed || first_report_waiting();
 }
 
 void LoaderCore::Impl::wait(Clock::time_point wait_start, bool held_blocked,
@@ -253,6 +253,7 @@ std::optional<Batch> LoaderCore::Impl::fetch_batch(Clock::time_point start) {
     // Collect and reclaim before issuing, so every slot they free is refilled before the
     // loop can sleep; wait() returns as soon as either finds more.
     collect();
+    check_late_first_samples();  // a first sample reported after the memory check passed
     if (first && collector.enabled())
       collector.on_request(slots.count_ready(current->id),
                            std::max<std::size_t>(num_workers(), 1) * depth.depth(), now_ns());

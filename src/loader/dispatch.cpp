@@ -42,7 +42,7 @@ void LoaderCore::Impl::write_task(std::size_t s, const EpochPlan& plan, std::siz
   header.seed = options.seed;
   header.num_indices = indices.size();
   header.num_to_load = to_load;
-  header.report_memory = k == 0 && preflight.awaiting_first_batch() ? 1 : 0;
+  header.report_memory = 0;  // send_task sets it for a worker's first-sample gate
   header.status = SlotStatus::kEmpty;
   if (!indices.empty()) std::memcpy(ring().indices(s), indices.data(), indices.size_bytes());
   slots.issue(s, plan.id, k, part);
@@ -51,6 +51,15 @@ void LoaderCore::Impl::write_task(std::size_t s, const EpochPlan& plan, std::siz
 void LoaderCore::Impl::send_task(std::size_t c, std::size_t s, const EpochPlan& plan, std::size_t k,
                                  std::uint32_t part) {
   write_task(s, plan, k, part);
+  if (preflight.awaiting_first_batch()) {
+    // The first-sample gate (first_batch.cpp): the worker reports its first sample and waits.
+    // Its channel has no other task in flight (slot_for), so nobody reads these words now.
+    Channel& channel = ring().channel(c);
+    channel.first_reported.store(0, std::memory_order_relaxed);
+    channel.first_gate.store(0, std::memory_order_relaxed);  // published by the task push (B)
+    ring().header(s).report_memory = 1;
+    gated[c] = 1;
+  }
   if (idle_since_ns[c] != 0) {  // the worker had nothing to load since then: its slots were full
     const std::uint64_t now = now_ns();
     blocked_ns[c] += now > idle_since_ns[c] ? now - idle_since_ns[c] : 0;
@@ -123,8 +132,10 @@ std::optional<std::size_t> LoaderCore::Impl::channel_for(const EpochPlan& plan, 
 }
 
 std::optional<std::size_t> LoaderCore::Impl::slot_for(std::size_t c) const noexcept {
-  // INV-SLOT-2 with the prefetch depth: at most depth() slots of a channel in flight.
-  if (slots.in_use(c) >= depth.depth()) return std::nullopt;
+  // INV-SLOT-2 with the prefetch depth: at most depth() slots of a channel in flight; one
+  // while the memory check waits for the workers' first samples (first_batch.cpp).
+  const std::size_t limit = preflight.awaiting_first_batch() ? 1 : depth.depth();
+  if (slots.in_use(c) >= limit) return std::nullopt;
   return slots.free_slot(c);
 }
 
@@ -160,8 +171,6 @@ void LoaderCore::Impl::issue() {
       ++plan->issued;  // delivered before a resume: not loaded again
       continue;
     }
-    // Until the first batch has measured the samples for the memory check, only batch 0.
-    if (k > 0 && plan == &*current && preflight.awaiting_first_batch()) return;
     if (k == 0 && issue_split_first(*plan)) {
       ++plan->issued;
       continue;
@@ -184,11 +193,10 @@ bool LoaderCore::Impl::load_inline() {
   if (plan.fully_issued()) return false;
   const std::optional<std::size_t> s = slot_for(0);
   if (!s) return false;
-  if (plan.issued > 0 && preflight.awaiting_first_batch()) return false;
   write_task(*s, plan, plan.issued);
   ++plan.issued;
   inline_error = nullptr;
-  load_batch(ring(), *memory, *s, nullptr, produce, resolved().skip_samples,
+  load_batch(ring(), *memory, *s, nullptr, -1, produce, resolved().skip_samples,
              collector.enabled() && inline_stages.next(), &inline_error);
   inline_stages.record(ring().header(*s));
   if (collector.enabled() && ring().header(*s).status == SlotStatus::kOk) {
@@ -209,6 +217,7 @@ bool LoaderCore::Impl::collect() noexcept {
       STOKER_ASSERT(slots.channel_of(s) == c && slots[s].phase == Phase::kIssued,
                     "INV-SLOT-1: a worker returns only the slots it was given");
       if (slots.channel_of(s) != c || slots[s].phase != Phase::kIssued) continue;
+      if (gated[c] != 0) take_first_report(c);  // the report comes before its batch's end
       if (--pool.channel(c).outstanding == 0) idle_since_ns[c] = ring().header(s).end_ns;
       const bool live = live_plan(slots[s].plan) != nullptr;
       slots.set_phase(s, Phase::kIssued, live ? Phase::kReady : Phase::kFree);

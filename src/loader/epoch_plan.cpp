@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "datasets/order.hpp"
+#include "loader/epoch_order.hpp"
 
 namespace stoker::detail {
 

@@ -1,6 +1,7 @@
 // LoaderCore::Impl, the first batch of an epoch: joining a batch 0 that was split across the
-// workers (dispatch.cpp issues the parts), and letting that first batch measure the samples for
-// the memory check, so a fresh loader loads no sample twice (no probe process beforehand).
+// workers (dispatch.cpp issues the parts), and the first-sample gate, which lets each worker's
+// first sample measure the samples for the memory check, so a fresh loader loads no sample
+// twice (no probe process beforehand) and a refusal costs at most one get() per worker.
 
 #include "loader/loader_impl.hpp"
 
@@ -9,22 +10,12 @@
 
 #include <fmt/format.h>
 
-#include "ipc/spin.hpp"
+#include "data/spin.hpp"
 #include "os/assert.hpp"
+#include "os/posix.hpp"
 
 namespace stoker::detail {
 namespace {
-
-// The bytes of one row of a stacked batch: every field's bytes over its leading dimension.
-std::optional<std::size_t> bytes_per_row(const std::vector<Field>& fields) {
-  std::size_t bytes = 0;
-  for (const Field& field : fields) {
-    const Tensor& t = field.tensor;
-    if (t.dim() == 0 || t.shape()[0] <= 0) return std::nullopt;
-    bytes += t.nbytes() / static_cast<std::size_t>(t.shape()[0]);
-  }
-  return bytes;
-}
 
 std::string trailing_shape(const Tensor& t) {
   std::vector<std::int64_t> dims(t.shape().begin() + (t.dim() > 0 ? 1 : 0), t.shape().end());
@@ -97,42 +88,78 @@ std::size_t LoaderCore::Impl::join_split_first(const std::vector<std::size_t>& p
   return host;
 }
 
+void LoaderCore::Impl::take_first_report(std::size_t c) noexcept {
+  Channel& channel = ring().channel(c);
+  // Acquire: pairs with the worker's release store after it wrote the figures.
+  if (channel.first_reported.load(std::memory_order_acquire) == 1) {
+    first_samples.bytes = std::max(first_samples.bytes.value_or(0),
+                                   static_cast<std::size_t>(channel.first_sample_bytes));
+    if (channel.first_private_bytes > 0) {
+      first_samples.base = std::max(first_samples.base.value_or(0),
+                                    static_cast<std::size_t>(channel.first_private_bytes));
+    }
+    first_samples.fresh = true;
+    gated[c] = 0;
+  } else if (pool.channel(c).outstanding == 0 || !pool.channel(c).running()) {
+    gated[c] = 0;  // its task ended without a report (the first get() threw), or it died
+  }
+}
+
+void LoaderCore::Impl::open_first_gates() noexcept {
+  for (std::size_t c = 0; c < pool.num_channels(); ++c) {
+    Channel& channel = ring().channel(c);
+    // Release: the worker's acquire load sees it; the futex wake ends its sleep at once.
+    channel.first_gate.store(1, std::memory_order_release);
+    (void)posix::futex_wake_all(channel.first_gate);
+  }
+}
+
+bool LoaderCore::Impl::first_report_waiting() const noexcept {
+  for (std::size_t c = 0; c < gated.size(); ++c) {
+    if (gated[c] != 0 && ring().channel(c).first_reported.load(std::memory_order_relaxed) == 1) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void LoaderCore::Impl::check_late_first_samples() {
+  for (std::size_t c = 0; c < gated.size(); ++c) {
+    if (gated[c] != 0) take_first_report(c);
+  }
+  check_reported_first_samples();
+}
+
+bool LoaderCore::Impl::check_reported_first_samples() {
+  if (!first_samples.fresh) return false;
+  first_samples.fresh = false;
+  try {
+    preflight.check_first_batch(first_samples.bytes, first_samples.base);
+  } catch (...) {
+    fail_epoch();
+    throw;
+  }
+  depth.set_limit(preflight.depth_limit());  // the check has chosen it
+  return true;
+}
+
 void LoaderCore::Impl::await_first_batch() {
   const Clock::time_point start = Clock::now();
+  first_samples = FirstSamples{};
   for (;;) {
     issue();
     collect();
-    std::vector<std::size_t> ready;
-    if (current->first_parts > 0) {
-      ready = slots.ready_parts(current->id, 0, current->first_parts);
-    } else if (const std::optional<std::size_t> s = slots.deliverable(current->id, true, 0)) {
-      ready.push_back(*s);
+    bool pending = false;  // a worker may still report
+    for (std::size_t c = 0; c < pool.num_channels(); ++c) {
+      if (gated[c] != 0) take_first_report(c);
+      pending = pending || gated[c] != 0;
     }
-    if (!ready.empty()) {
-      std::optional<std::size_t> bytes;
-      std::optional<std::size_t> base;
-      for (const std::size_t s : ready) {
-        const SlotHeader& header = ring().header(s);
-        if (header.status != SlotStatus::kOk) continue;
-        if (const std::optional<std::size_t> row = bytes_per_row(read_fields(ring(), s, nullptr))) {
-          bytes = std::max(bytes.value_or(0), *row);
-        }
-        if (header.private_bytes > 0) base = std::max(base.value_or(0), header.private_bytes);
-      }
-      try {
-        preflight.check_first_batch(bytes, base);
-      } catch (...) {
-        fail_epoch();
-        throw;
-      }
-      depth.set_limit(preflight.depth_limit());  // the check has chosen it
-      issue();                                   // the check passed: the workers go on past batch 0
+    if (check_reported_first_samples()) {
+      open_first_gates();
+      issue();  // the check passed: the workers go on past their first task
       return;
     }
-    if (num_workers() == 0) {
-      if (!load_inline()) break;
-      continue;
-    }
+    if (!pending) break;  // every first task ended without a report
     milliseconds limit{-1};
     if (options.timeout.count() > 0) {
       limit = std::chrono::ceil<milliseconds>(start + options.timeout - Clock::now());
@@ -142,6 +169,7 @@ void LoaderCore::Impl::await_first_batch() {
     if (sleep_for_progress(limit)) break;  // a worker exited: the fetch will say why
   }
   preflight.check_first_batch(std::nullopt, std::nullopt);
+  open_first_gates();
 }
 
 }  // namespace stoker::detail

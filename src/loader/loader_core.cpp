@@ -97,6 +97,7 @@ void LoaderCore::Impl::ensure_ring() {
   depth.configure(r.adaptive_depth, r.min_depth, preflight.depth_limit());
   idle_since_ns.assign(fresh->ring->num_channels(), 0);
   blocked_ns.assign(fresh->ring->num_channels(), 0);
+  gated.assign(fresh->ring->num_channels(), 0);
   shared = std::move(fresh);
 }
 

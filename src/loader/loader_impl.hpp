@@ -92,6 +92,15 @@ struct LoaderCore::Impl {
   // one), and how long it has waited for one this epoch (its slots were all in flight).
   std::vector<std::uint64_t> idle_since_ns;
   std::vector<std::uint64_t> blocked_ns;
+  // The first-sample gate (first_batch.cpp): per channel, non-zero while its worker has a task
+  // with report_memory whose report main has not taken yet; and the figures taken so far
+  // (`fresh` until the memory check has seen them).
+  std::vector<std::uint8_t> gated;
+  struct FirstSamples {
+    std::optional<std::size_t> bytes;  // the largest first sample
+    std::optional<std::size_t> base;   // the largest worker memory after it
+    bool fresh = false;
+  } first_samples;
   Clock::time_point last_health_log{};
   ThreadRule rule;  // one thread at a time inside the public calls (LoaderCore::Call)
 
@@ -248,12 +257,27 @@ struct LoaderCore::Impl {
   // A part's error is returned the same way (its slot, to be thrown by deliver()); parts whose
   // fields disagree are a WorkerException of type stoker::CollateError.
   std::size_t join_split_first(const std::vector<std::size_t>& parts);
-  // begin(), when the memory check waits for the epoch's first batch: loads it (every worker
-  // its part, or in-process), measures its bytes per sample and the workers' private memory,
-  // and runs the check (MemoryBudgetError / PinnedMemoryError after stopping the workers). A
-  // batch that fails, a worker that dies or LoaderOptions::timeout passing leave the memory
-  // unchecked (logged); the fetch then reports what happened as always.
+  // begin(), when the memory check waits for figures: each worker has one task (its part of
+  // a split batch 0, or its first batch) and reports its first sample's bytes and its memory
+  // after that get(), then waits at its gate. The first report runs the check
+  // (MemoryBudgetError / PinnedMemoryError after stopping the workers), so a refusal costs at
+  // most one get() per worker; passing, every gate opens and begin() returns without waiting
+  // for any batch. First samples that all fail, a worker that dies or LoaderOptions::timeout
+  // passing leave the memory unchecked (logged); the fetch then reports what happened.
   void await_first_batch();
+  // Takes channel c's first-sample report, if it has made one, into first_samples.
+  void take_first_report(std::size_t c) noexcept;
+  // A gated channel's worker has reported (a relaxed look: take_first_report reads it).
+  bool first_report_waiting() const noexcept;
+  // Lets every worker waiting at its first-sample gate go on.
+  void open_first_gates() noexcept;
+  // The fetch: reports that came after the check passed are checked too (a larger first
+  // sample may not fit). Throws what the check throws, after stopping the workers.
+  void check_late_first_samples();
+  // Checks the first samples reported since the last call against the memory budget and sets
+  // the depth limit it chose; false when nothing new was reported. Throws MemoryBudgetError
+  // (after failing the epoch) when they do not fit.
+  bool check_reported_first_samples();
 
   // ---- fetching ----
 

@@ -72,9 +72,7 @@ const ResolvedOptions& Preflight::resolve() {
   if (resolved_) return *resolved_;
   // kAuto: the recommendation for one worker's memory on this machine.
   const std::optional<std::size_t> bytes = sample_bytes();
-  const std::size_t depth = options_.prefetch_factor == kAdaptivePrefetch
-                                ? kMinAdaptivePrefetch
-                                : options_.prefetch_factor;
+  const std::size_t depth = depth_range(options_).min;
   const MemoryEstimate one = estimate(1, options_.batch_size, bytes.value_or(0), depth);
   const WorkerRecommendation r =
       recommend_num_workers(probe_system(), one.worker_private_bytes + depth * one.slot_bytes,
@@ -90,8 +88,9 @@ const ResolvedOptions& Preflight::resolve() {
 std::size_t Preflight::depth_limit() const noexcept {
   std::size_t limit = depth_limit_;
   if (limit == 0) {
-    limit = options_.prefetch_factor != kAdaptivePrefetch
-                ? options_.prefetch_factor
+    const DepthRange range = depth_range(options_);
+    limit = !range.adaptive
+                ? range.max
                 : adaptive_ceiling(options_.sample_bytes > 0 ? std::optional(options_.sample_bytes)
                                                              : measured_sample_bytes_);
   }
@@ -102,7 +101,7 @@ std::size_t Preflight::adaptive_ceiling(std::optional<std::size_t> bytes) const 
   if (!bytes || *bytes == 0) return kAdaptivePrefetchFloor;
   const std::size_t batches =
       kAdaptivePrefetchBytes / *bytes / std::max<std::size_t>(options_.batch_size, 1);
-  return std::clamp(batches, kAdaptivePrefetchFloor, kMaxAdaptivePrefetch);
+  return std::clamp(batches, kMinAdaptivePrefetch, kMaxAdaptivePrefetch);
 }
 
 MemoryEstimate Preflight::estimate(std::size_t workers, std::size_t batch, std::size_t bytes,
@@ -112,17 +111,16 @@ MemoryEstimate Preflight::estimate(std::size_t workers, std::size_t batch, std::
   in.prefetch_factor = depth > 0 ? depth : depth_limit();
   in.batch_size = batch;
   in.bytes_per_sample = bytes;
-  in.streaming =
-      !options_.collate && options_.on_sample_error != OnSampleError::kSkip && !iterable_;
+  in.streaming = !options_.collate && !skips_samples(options_) && !iterable_;
   in.cache_bytes = probe_.cache_bytes;
   in.worker_base_bytes = measured_worker_base_;
   in.worker_startup_bytes = measured_worker_startup_;
-  in.recycling = options_.max_batches_per_worker > 0;
+  in.recycling = recycles(options_, workers);
   in.dataset_size = probe_.dataset_size ? probe_.dataset_size() : 0;
   in.persistent_workers = options_.persistent_workers;
   in.sampler = options_.sampler != nullptr;
   in.batch_sampler = options_.batch_sampler != nullptr;
-  if (options_.pin_memory && options_.pin_mode == PinMode::kCopy && bytes > 0) {
+  if (pinning_mode(options_) == Pinning::kCopy && bytes > 0) {
     // The staging blocks: the batch the consumer holds and the next one being copied, each
     // its samples, their indices and up to 64 bytes of alignment per field.
     constexpr std::size_t kFieldAlignmentSlack = 64 * 16;  // 16 fields
@@ -164,16 +162,16 @@ void Preflight::check_first_batch(std::optional<std::size_t> bytes,
     checked_ = true;
     try {
       logger().warn(
-          "stoker: could not measure the bytes per sample (the first batch threw, crashed or "
-          "did not come), so the loader's memory is not checked; give "
-          "LoaderOptions::sample_bytes to check it");
+          "stoker: could not measure the bytes per sample (every worker's first get() threw, a "
+          "worker crashed, or none returned within LoaderOptions::timeout), so the loader's "
+          "memory is not checked; give LoaderOptions::sample_bytes to check it");
     } catch (...) {
     }
     return;
   }
   measured_sample_bytes_ = bytes;
-  // A worker's part of batch 0 has seen only those samples; one larger that comes later (an
-  // image with more pixels) needs more decoding memory: a quarter more is counted for that.
+  // A worker's first sample is all it has loaded; one larger that comes later (an image with
+  // more pixels) needs more decoding memory: a quarter more is counted for that.
   if (worker_base && *worker_base > 0) measured_worker_base_ = *worker_base + *worker_base / 4;
   run_checks(*bytes);
   checked_ = true;

@@ -48,7 +48,7 @@ class Preflight {
   // whose estimate fits the memory limit and the pinned budget.
   std::size_t depth_limit() const noexcept;
   // The adaptive depth's ceiling for samples of `bytes` (options.hpp: kAdaptivePrefetchBytes
-  // of batches per worker, within [kAdaptivePrefetchFloor, kMaxAdaptivePrefetch]);
+  // of batches per worker, within [kMinAdaptivePrefetch, kMaxAdaptivePrefetch]);
   // kAdaptivePrefetchFloor when the bytes are unknown.
   std::size_t adaptive_ceiling(std::optional<std::size_t> bytes) const noexcept;
   // The ring made has `slots` a channel: depth_limit() never passes it.

@@ -83,6 +83,7 @@ void LoaderCore::Impl::respawn(std::size_t c) {
     fail_epoch();  // the lost batches cannot be reloaded: end the epoch, clearly
     throw;
   }
+  gated[c] = 0;  // the dead worker's report, if any, went with it (spawn_on reset the words)
   for (const LostTask& task : lost) {
     if (EpochPlan* plan = live_plan(task.plan)) {
       send_task(c, *slots.free_slot(c), *plan, task.batch, task.part);

@@ -48,4 +48,17 @@ struct ResolvedOptions {
 ResolvedOptions resolve_options(const LoaderOptions& options, std::size_t num_workers,
                                 bool iterable);
 
+// The parts of the resolution that do not need the worker count, for the checks that run
+// before kAuto is resolved or that try other counts (Preflight). resolve_options() is made of
+// them, so the two cannot disagree.
+struct DepthRange {
+  bool adaptive = false;
+  std::size_t min = 2;
+  std::size_t max = 2;
+};
+DepthRange depth_range(const LoaderOptions& options) noexcept;
+Pinning pinning_mode(const LoaderOptions& options) noexcept;
+bool recycles(const LoaderOptions& options, std::size_t num_workers) noexcept;
+bool skips_samples(const LoaderOptions& options) noexcept;
+
 }  // namespace stoker::detail

@@ -134,6 +134,8 @@ void WorkerPool::reset_channel(std::size_t c) noexcept {
   channel.current_batch.store(0, std::memory_order_relaxed);
   channel.stop_requested.store(0, std::memory_order_relaxed);
   channel.fatal_valid.store(0, std::memory_order_relaxed);
+  channel.first_reported.store(0, std::memory_order_relaxed);
+  channel.first_gate.store(0, std::memory_order_relaxed);
 }
 
 void WorkerPool::push_task(std::size_t c, std::size_t s) noexcept {

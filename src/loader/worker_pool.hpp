@@ -28,8 +28,14 @@
 #include "loader/resolved_options.hpp"
 #include "loader/slot_table.hpp"
 #include "os/posix.hpp"
+#include "stoker/options.hpp"
 
 namespace stoker::detail {
+
+// INV-QUEUE-2 needs room for a batch message per slot and two stops; slots_per_channel <=
+// kMaxPrefetchFactor (LoaderOptions::validate).
+static_assert(kQueueCapacity >= kMaxPrefetchFactor + 2,
+              "INV-QUEUE-2: a task queue holds a batch message per slot and two stop messages");
 
 // One channel of the ring and the worker process (if any) serving it.
 struct ChannelState {

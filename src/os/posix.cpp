@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -155,6 +156,21 @@ void eventfd_drain(int fd) noexcept {
   do {
     n = ::read(fd, &value, sizeof value);
   } while (n < 0 && errno == EINTR);
+}
+
+int futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
+               int timeout_ms) noexcept {
+  static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
+  const timespec timeout{timeout_ms / 1000, static_cast<long>(timeout_ms % 1000) * 1'000'000};
+  const long r = ::syscall(SYS_futex, reinterpret_cast<const std::uint32_t*>(&word), FUTEX_WAIT,
+                           expected, &timeout, nullptr, 0);
+  if (r < 0 && errno == EAGAIN) return 0;  // the word had changed already
+  return r < 0 ? -1 : 0;
+}
+
+int futex_wake_all(const std::atomic<std::uint32_t>& word) noexcept {
+  return static_cast<int>(::syscall(SYS_futex, reinterpret_cast<const std::uint32_t*>(&word),
+                                    FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0));
 }
 
 int open_pidfd(pid_t pid) noexcept {

@@ -9,6 +9,7 @@
 #include <sys/statvfs.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -84,8 +85,15 @@ int current_node(unsigned& node) noexcept;
 int make_eventfd() noexcept;          // non-blocking, close-on-exec
 int eventfd_post(int fd) noexcept;    // adds 1
 void eventfd_drain(int fd) noexcept;  // resets to 0 if readable
-int open_pidfd(pid_t pid) noexcept;   // -1 with ENOSYS on old kernels
-int make_pipe(int fds[2]) noexcept;   // close-on-exec
+// futex(FUTEX_WAIT) on a word of shared memory (a process-shared futex: the waker is another
+// process): sleeps while `word` holds `expected`, for at most `timeout_ms`. 0 when woken or the
+// word differed; -1 and errno (ETIMEDOUT, EINTR) otherwise.
+int futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
+               int timeout_ms) noexcept;
+// Wakes every process sleeping in futex_wait on `word`.
+int futex_wake_all(const std::atomic<std::uint32_t>& word) noexcept;
+int open_pidfd(pid_t pid) noexcept;  // -1 with ENOSYS on old kernels
+int make_pipe(int fds[2]) noexcept;  // close-on-exec
 // poll(); an EINTR is reported as 0 ready descriptors so callers recompute their deadline.
 int poll_fds(pollfd* fds, std::size_t count, int timeout_ms) noexcept;
 pid_t wait_pid(pid_t pid, int* status, int options) noexcept;  // retries EINTR

@@ -13,7 +13,7 @@
 #include "os/posix.hpp"
 #include "os/system_probe.hpp"
 #include "os/topology_probe.hpp"
-#include "stoker/memory.hpp"
+#include "stoker/system_probe.hpp"
 
 namespace stoker {
 namespace {

@@ -5,7 +5,7 @@
 // none of it. Main process; never throws for a missing or unreadable source.
 #pragma once
 
-#include "stoker/memory.hpp"
+#include "stoker/system_probe.hpp"
 
 namespace stoker::detail {
 

@@ -11,6 +11,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -369,4 +370,119 @@ TEST_CASE("a worker that worker_init places itself stays where it put itself", "
     REQUIRE(seen[i] == 1);
     REQUIRE(seen[48 + i] == target);
   }
+}
+
+TEST_CASE("with in_order = false the first batches come as they are done, a slow one later",
+          "[first_batch][memory]") {
+  // The memory check waits for figures (sample_bytes unknown) and measures them from each
+  // worker's first sample: no worker's whole batch 0 holds up the others.
+  const test::ProcessState baseline = test::process_state();
+  test::IndexDataset data;
+  data.n = 256;
+  data.hook = [](std::size_t i) {
+    if (i == 2) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  };
+  LoaderOptions opt;
+  opt.batch_size = 8;
+  opt.num_workers = 4;
+  opt.in_order = false;
+  std::vector<std::uint64_t> order;
+  std::multiset<std::int64_t> seen;
+  std::size_t measured = 0;
+  {
+    DataLoader loader(data, opt);
+    for (const Batch& b : loader) {
+      order.push_back(b.index());
+      const std::int64_t* idx = b["index"].data<std::int64_t>();
+      seen.insert(idx, idx + b.size());
+    }
+    measured = loader.memory_estimate().bytes_per_sample;
+  }
+  REQUIRE(order.size() == 32);
+  CHECK(order.front() != 0);  // batch 0 holds sample 2
+  REQUIRE(std::find(order.begin(), order.end(), 0U) - order.begin() > 3);
+  REQUIRE(seen.size() == 256);
+  for (std::int64_t i = 0; i < 256; ++i) REQUIRE(seen.count(i) == 1);
+  REQUIRE(measured == 8 + 4 * 4);  // measured all the same, from the first samples
+  STOKER_REQUIRE_CLEAN(baseline);
+}
+
+TEST_CASE(
+    "a batch larger than memory is MemoryBudgetError from begin(), after one get() a "
+    "worker",
+    "[first_batch][memory]") {
+  const test::ProcessState baseline = test::process_state();
+  // 8 MiB samples; batch_size makes one batch twice the memory available.
+  struct Huge {
+    const SharedCounters* calls = nullptr;
+    std::size_t size() const { return 1 << 20; }
+    Sample get(std::size_t) const {
+      (*calls)[0].fetch_add(1);
+      Sample s;
+      s.set("image", Tensor::zeros(DType::kUInt8, Shape{8 << 20}));
+      return s;
+    }
+  };
+  const std::optional<std::uint64_t> available = probe_system().mem_available.value;
+  REQUIRE(available);
+  for (const bool in_order : {true, false}) {
+    CAPTURE(in_order);
+    SharedCounters calls;
+    LoaderOptions opt;
+    opt.num_workers = 2;
+    opt.in_order = in_order;
+    opt.batch_size = static_cast<std::size_t>(2 * *available / (8 << 20));
+    DataLoader loader(Huge{&calls}, opt);
+    std::string message;
+    try {
+      auto it = loader.begin();
+      FAIL("no MemoryBudgetError");
+    } catch (const MemoryBudgetError& e) {
+      message = e.what();
+      REQUIRE(e.suggested_batch_size());
+      REQUIRE(*e.suggested_batch_size() < opt.batch_size);
+    }
+    INFO(message);
+    REQUIRE_THAT(message,
+                 Catch::Contains("not enough memory") && Catch::Contains("memory_fraction") &&
+                     Catch::Contains("batch_size=") && !Catch::Contains("max_batch_bytes"));
+    REQUIRE(calls[0].load() >= 1);
+    REQUIRE(calls[0].load() <= 2);  // at most one get() per worker
+    REQUIRE(loader.worker_pids().empty());
+  }
+  STOKER_REQUIRE_CLEAN(baseline);
+}
+
+TEST_CASE("a memory_limit refusal costs at most one get() per worker", "[first_batch][memory]") {
+  const test::ProcessState baseline = test::process_state();
+  struct Images {  // 150 KB a sample
+    const SharedCounters* calls = nullptr;
+    std::size_t size() const { return 640; }
+    Sample get(std::size_t i) const {
+      (*calls)[0].fetch_add(1);
+      Sample s;
+      s.set("image", Tensor::zeros(DType::kUInt8, {3, 224, 224}));
+      s.set("label", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(i % 10)));
+      return s;
+    }
+  };
+  for (const bool in_order : {true, false}) {
+    CAPTURE(in_order);
+    SharedCounters calls;
+    LoaderOptions opt;
+    opt.batch_size = 64;
+    opt.num_workers = 4;
+    opt.in_order = in_order;
+    opt.memory_limit = std::uint64_t{16} << 20;
+    DataLoader loader(Images{&calls}, opt);
+    REQUIRE_THROWS_WITH(loader.begin(), Catch::Contains("not enough memory") &&
+                                            Catch::Contains("LoaderOptions::memory_limit"));
+    REQUIRE(calls[0].load() >= 1);
+    REQUIRE(calls[0].load() <= 4);
+    REQUIRE(loader.worker_pids().empty());
+    // The bytes are known now: the next begin() refuses before forking, loading nothing.
+    REQUIRE_THROWS_AS(loader.begin(), MemoryBudgetError);
+    REQUIRE(calls[0].load() <= 4);
+  }
+  STOKER_REQUIRE_CLEAN(baseline);
 }

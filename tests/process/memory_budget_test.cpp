@@ -114,8 +114,8 @@ TEST_CASE("memory_estimate() measures the samples and breaks the peak down", "[m
   const MemoryEstimate e = loader.memory_estimate();
   REQUIRE(e.bytes_per_sample == 3 * 224 * 224 + 8);
   // The adaptive prefetch depth (the default) counts the deepest it may reach: for batches of
-  // 9.6 MB, kAdaptivePrefetchBytes (64 MiB) would allow 6, and the floor is 8.
-  REQUIRE(e.num_slots == 2 * kAdaptivePrefetchFloor);
+  // 9.6 MB, kAdaptivePrefetchBytes (64 MiB) allows 6.
+  REQUIRE(e.num_slots == 2 * 6);
   {
     LoaderOptions sized = opt;
     sized.sample_bytes = 65536;  // 4 MiB batches: 16 of them in 64 MiB

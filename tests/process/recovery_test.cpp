@@ -274,7 +274,9 @@ TEST_CASE("workers are recycled after max_batches_per_worker without changing th
       // 30 batches at 4 per process would take 8 processes. A replacement waits for a spare
       // channel (the retired worker must exit first), so under a sanitizer's slow fork and
       // exit the quota is honoured later: require at least two replacements per epoch.
-      INFO("distinct worker pids this epoch: " << pids.size());
+      INFO("epoch " << epoch << ": distinct worker pids " << pids.size() << ", recycled "
+                    << recycled.stats().workers_recycled << ", prefetch depth "
+                    << recycled.stats().prefetch_depth);
       REQUIRE(pids.size() >= 4);
     }
     REQUIRE(recycled.worker_pids().size() == (persistent ? 2u : 0u));

@@ -61,6 +61,7 @@ TEST_CASE("stats report each worker's batches, stage times, busy share and memor
   opt.batch_size = 4;
   opt.num_workers = 2;
   opt.persistent_workers = true;  // so the workers are still there to be measured
+  opt.prefetch_factor = 2;        // a fixed depth: ring_slots is 2 workers x 2
   DataLoader loader(IndexDataset{40, [](std::size_t) { spin_for(std::chrono::microseconds(500)); }},
                     opt);
   for (const Batch& batch : loader) REQUIRE(batch.size() == 4);

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "stoker/options.hpp"
 #include "stoker/shards.hpp"
 
 using namespace stoker;

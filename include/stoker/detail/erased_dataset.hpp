@@ -52,11 +52,6 @@ std::shared_ptr<part_type_t<T>> share_part(T&& part) {
   }
 }
 
-template <class D>
-concept HasCacheStats = requires(const D& d) {
-  { d.cache_stats() } -> std::convertible_to<CacheStats>;
-};
-
 // The sum of two caches' counters (a composed dataset reports the caches of all its parts).
 inline CacheStats add_cache_stats(CacheStats a, const CacheStats& b) noexcept {
   a.hits += b.hits;
@@ -91,7 +86,7 @@ class AnyMapDataset {
     std::size_t size() const override { return static_cast<std::size_t>(dataset->size()); }
     Sample get(std::size_t index) override { return Sample(dataset->get(index)); }
     std::optional<CacheStats> cache_stats() const override {
-      if constexpr (HasCacheStats<D>) {
+      if constexpr (CacheReporting<D>) {
         return dataset->cache_stats();
       } else {
         return std::nullopt;

@@ -9,9 +9,9 @@
 
 #include <fmt/format.h>
 
+#include "data/random_state.hpp"
 #include "datasets/shards/shard_files.hpp"
 #include "datasets/shards/shard_format.hpp"
-#include "data/random_state.hpp"
 #include "stoker/errors.hpp"
 #include "stoker/random.hpp"
 #include "stoker/shards.hpp"
@@ -553,37 +553,36 @@ std::optional<Sample> ShardedStream::next() {
   return sample;
 }
 
-std::string ShardedStream::state(std::uint64_t epoch, std::uint64_t batches,
-                                 const LoaderOptions& loader_options) const {
-  if (loader_options.num_workers < 0) {
+std::string ShardedStream::state_for(std::uint64_t epoch, std::uint64_t batches,
+                                     std::size_t batch_size, int num_workers, bool in_order) const {
+  if (num_workers < 0) {
     throw std::invalid_argument(
         "ShardedStream::state: LoaderOptions::num_workers is kAuto; give the loader a worker "
         "count so its streams are known");
   }
-  if (!loader_options.in_order) {
+  if (!in_order) {
     throw std::invalid_argument(
         "ShardedStream::state: LoaderOptions::in_order is false, so which worker's batches were "
         "received is unknown; resume needs in_order = true");
   }
-  if (loader_options.batch_size == 0) {
+  if (batch_size == 0) {
     throw std::invalid_argument("ShardedStream::state: LoaderOptions::batch_size is 0");
   }
-  const StreamSplit s = split(loader_options.num_workers);
-  const auto workers = static_cast<std::size_t>(std::max(loader_options.num_workers, 1));
+  const StreamSplit s = split(num_workers);
+  const auto workers = static_cast<std::size_t>(std::max(num_workers, 1));
   // Every stream has the same number of batches, so batch j came from worker j mod workers.
   std::string delivered;
   for (std::size_t w = 0; w < workers; ++w) {
     const std::uint64_t from_w = batches / workers + (w < batches % workers ? 1 : 0);
-    const std::uint64_t records =
-        std::min<std::uint64_t>(from_w * loader_options.batch_size, s.per_stream);
+    const std::uint64_t records = std::min<std::uint64_t>(from_w * batch_size, s.per_stream);
     delivered += fmt::format("{}{}", w == 0 ? "" : ",", records);
   }
   return fmt::format(
       "{} {} epoch={} seed={} total={} shards={} world={} rank={} workers={} policy={} "
       "batches={} delivered={}",
       detail::kStateMagic, detail::kStateVersion, epoch, options_.seed, s.total, num_shards(),
-      options_.world_size, options_.rank, loader_options.num_workers,
-      detail::policy_name(options_.equal_batches), batches, delivered);
+      options_.world_size, options_.rank, num_workers, detail::policy_name(options_.equal_batches),
+      batches, delivered);
 }
 
 void ShardedStream::load_state(std::string_view state) {

@@ -1,6 +1,6 @@
 // Unit tests for src/order.hpp: the epoch order (identity, or a permutation that depends only on
 // seed and epoch) and the Generator generator behind it.
-#include "datasets/order.hpp"
+#include "loader/epoch_order.hpp"
 #include "stoker/random.hpp"
 
 #include <catch2/catch.hpp>

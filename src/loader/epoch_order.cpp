@@ -1,4 +1,4 @@
-#include "datasets/order.hpp"
+#include "loader/epoch_order.hpp"
 
 #include <numeric>
 
