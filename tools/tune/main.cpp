@@ -1,6 +1,6 @@
 // stoker-tune: finds num_workers and batch_size for a dataset on this machine. Each setting is
 // measured the same way — a warm-up, then a timed window (or timed epochs) — for samples/s,
-// the peak PSS of the whole process tree and the share of time the consumer waited; the
+// the peak memory of the whole process tree and the share of time the consumer waited; the
 // results come out as a table, JSON and an SVG chart, with a recommendation and its reason.
 //
 //   stoker-tune (--workload {tiny,image,cpu} | --npy FILE | --tokens FILE [--window N] |
