@@ -1,5 +1,6 @@
-# Sourced by test.sh and demo.sh: installs the Debian 12 packages stoker needs that are missing.
-# As root it runs `apt-get update` first, then installs; otherwise it prints the command to run.
+# Sourced by test.sh and demo.sh: installs the Debian 12 packages stoker needs that are missing
+# (as root it runs `apt-get update` first, then installs; otherwise it prints the command to run),
+# then the npm packages of the tests (scripts/npm_deps.sh: s3rver into .deps/npm).
 # STOKER_EXTRA_PACKAGES adds packages (space-separated).
 
 stoker_required_packages=(
@@ -15,6 +16,9 @@ stoker_required_packages=(
   openmpi-bin                   # the mpirun test of DistributedSampler::from_env
   libopenmpi-dev                # the mpirun equal-batches test of record shards (MPI_Allreduce)
   libarchive-dev                # compressed record shards (.tar.gz, .tar.zst)
+  libcurl4-openssl-dev libexpat1-dev  # remote shards: HTTP(S) transport, S3's XML answers
+  nginx openssl                 # the remote tests' HTTP(S) server and its test certificate
+  python3-botocore              # the SigV4 test's oracle (signs the same requests)
   python3-numpy  # tests cross-check .npy files written by NumPy
   python3-pil python3-torchvision  # the vision parity tests compare with torchvision
   pybind11-dev python3-dev python3-pytest python3-torch  # the Python package (python/), its tests
@@ -23,6 +27,12 @@ stoker_required_packages=(
 )
 
 stoker_install_deps() {
+  stoker_install_debian_deps
+  # s3rver for the remote tests, from npm (after apt: it needs npm).
+  "$(dirname "${BASH_SOURCE[0]}")/npm_deps.sh"
+}
+
+stoker_install_debian_deps() {
   local wanted=("${stoker_required_packages[@]}")
   if [ -n "${STOKER_EXTRA_PACKAGES:-}" ]; then
     read -r -a extra <<<"$STOKER_EXTRA_PACKAGES"

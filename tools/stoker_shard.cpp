@@ -3,6 +3,7 @@
 // its extension, and its class index as "cls"; from .npy arrays: one field per array, through
 // write_webdataset() (the library route for any stoker dataset).
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -34,7 +35,14 @@ constexpr const char* kUsage =
     "  --npy FIELD=FILE      a .npy array whose rows are the samples' FIELD (repeat for more\n"
     "                        fields; every array has the same number of rows)\n"
     "options:\n"
-    "  --output PATTERN      shard paths with one integer conversion, e.g. out/train-%06d.tar\n"
+    "  --output PATTERN      shard paths with one integer conversion, e.g. out/train-%06d.tar;\n"
+    "                        an s3:// or http(s):// URL uploads each shard and its index\n"
+    "                        (credentials and endpoint as the AWS tools find them; see\n"
+    "                        docs/remote.md), written first under --staging\n"
+    "  --staging DIR         where shards for a URL are written before their upload (default:\n"
+    "                        a new directory under $TMPDIR or /tmp, removed after)\n"
+    "  --endpoint URL        the S3 endpoint for an s3:// output (default: AWS_ENDPOINT_URL_S3,\n"
+    "                        AWS_ENDPOINT_URL, the profile's, else AWS)\n"
     "  --shard-size SIZE     target bytes per shard: 1G (default), 256M, 512K or a byte count\n"
     "  --max-samples N       at most N samples per shard (default: no limit)\n"
     "  --shuffle             write the samples in a random order (from --seed), so that\n"
@@ -53,6 +61,8 @@ struct Args {
   std::string images;
   std::vector<std::pair<std::string, std::string>> npy;
   std::string output;
+  std::string staging;
+  std::string endpoint;
   std::uint64_t shard_size = std::uint64_t{1} << 30;
   std::size_t max_samples = 0;
   bool shuffle = false;
@@ -102,6 +112,10 @@ Args parse(int argc, char** argv) {
       a.npy.emplace_back(v.substr(0, eq), v.substr(eq + 1));
     } else if (flag == "--output") {
       a.output = value(i, flag);
+    } else if (flag == "--staging") {
+      a.staging = value(i, flag);
+    } else if (flag == "--endpoint") {
+      a.endpoint = value(i, flag);
     } else if (flag == "--shard-size") {
       a.shard_size = parse_count(flag, value(i, flag), true);
     } else if (flag == "--max-samples") {
@@ -186,6 +200,66 @@ std::string output_dir(const std::string& pattern) {
   return slash == std::string::npos ? "." : pattern.substr(0, slash);
 }
 
+std::string leaf(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return posix::stat_path(path.c_str(), st);
+}
+
+// An --output URL: the shards are written under a staging directory, then uploaded beside the
+// URL's directory, each with its index, and removed locally.
+struct Upload {
+  std::string url_dir;  // "s3://bucket/prefix/" (up to the pattern's last '/')
+  std::string staging;
+  bool own_staging = false;
+};
+
+Upload prepare_upload(Args& a) {
+  Upload u;
+  const std::size_t slash = a.output.rfind('/');
+  u.url_dir = a.output.substr(0, slash + 1);
+  u.staging = a.staging;
+  if (u.staging.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+                        "/stoker-shard-XXXXXX";
+    if (::mkdtemp(templ.data()) == nullptr) {
+      throw stoker::Error(fmt::format("stoker-shard: cannot make a staging directory {}: {}",
+                                      templ, std::strerror(errno)));
+    }
+    u.staging = templ;
+    u.own_staging = true;
+  }
+  a.output = u.staging + "/" + a.output.substr(slash + 1);
+  return u;
+}
+
+// Uploads each shard, its index and classes.txt; returns the shards' URLs.
+std::vector<std::string> upload(const Upload& u, const std::vector<std::string>& shards,
+                                const Args& a) {
+  stoker::RemoteOptions options;
+  options.endpoint = a.endpoint;
+  std::vector<std::string> urls;
+  std::vector<std::string> local;
+  for (const std::string& shard : shards) {
+    local.push_back(shard);
+    if (file_exists(shard + ".idx")) local.push_back(shard + ".idx");
+  }
+  if (file_exists(u.staging + "/classes.txt")) local.push_back(u.staging + "/classes.txt");
+  for (const std::string& file : local) {
+    const std::string url = u.url_dir + leaf(file);
+    stoker::upload_file(file, url, options);
+    if (std::find(shards.begin(), shards.end(), file) != shards.end()) urls.push_back(url);
+  }
+  for (const std::string& file : local) posix::remove_file(file.c_str());
+  if (u.own_staging) ::rmdir(u.staging.c_str());
+  return urls;
+}
+
 std::vector<std::string> shard_images(const Args& a, const stoker::WebDatasetWriterOptions& wo,
                                       std::size_t& samples) {
   struct Image {
@@ -234,9 +308,12 @@ std::vector<std::string> shard_images(const Args& a, const stoker::WebDatasetWri
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Args a = parse(argc, argv);
+  Args a = parse(argc, argv);
   try {
     const auto start = std::chrono::steady_clock::now();
+    const bool remote = stoker::is_remote_url(a.output);
+    Upload up;
+    if (remote) up = prepare_upload(a);
     stoker::WebDatasetWriterOptions wo;
     wo.pattern = a.output;
     wo.max_shard_bytes = a.shard_size;
@@ -264,6 +341,7 @@ int main(int argc, char** argv) {
       struct stat st {};
       if (posix::stat_path(s.c_str(), st)) bytes += static_cast<std::uint64_t>(st.st_size);
     }
+    if (remote) shards = upload(up, shards, a);
     if (!a.quiet) {
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "stoker/remote.hpp"
 #include "stoker/batch.hpp"
 #include "stoker/collate.hpp"
 #include "stoker/dataset.hpp"
@@ -113,6 +114,7 @@ class DataLoader {
     if constexpr (CacheReporting<D>) {
       probe.cache_bytes = static_cast<std::size_t>(ds->cache_stats().budget_bytes);
     }
+    if constexpr (RemoteReporting<D>) probe.download_bytes = ds->remote_download_buffer_bytes();
     if constexpr (MapDataset<D>) {
       // Up to 4 samples spread over the dataset (a cache's source, not the cache), or those
       // the dataset's memory_probe_indices() names: the largest sets the estimate. Run in a
@@ -161,7 +163,10 @@ class DataLoader {
   // bytes per sample are not known yet it blocks until the first batch has measured them.
   // Throws MemoryBudgetError or PinnedMemoryError (the check; the epoch is not used up), and
   // what forking and setting up shared memory can throw.
-  BatchIterator begin() { return core_->begin(); }
+  BatchIterator begin() {
+    if constexpr (RemoteReporting<D>) remote_at_begin_ = dataset_->remote_stats();
+    return core_->begin();
+  }
   std::default_sentinel_t end() const noexcept { return std::default_sentinel; }
 
   // Batches per epoch. Map-style datasets only: an iterable dataset has no length.
@@ -207,6 +212,17 @@ class DataLoader {
       s.cache_hits = cache.hits;
       s.cache_misses = cache.misses;
       s.cache_bytes = cache.bytes_used;
+    }
+    if constexpr (RemoteReporting<D>) {
+      const RemoteStats now = dataset_->remote_stats();
+      s.remote_bytes_fetched = now.bytes_fetched - remote_at_begin_.bytes_fetched;
+      s.remote_requests = now.requests - remote_at_begin_.requests;
+      s.remote_retries = now.retries - remote_at_begin_.retries;
+      s.remote_cache_hits = now.cache_hits - remote_at_begin_.cache_hits;
+      s.remote_cache_misses = now.cache_misses - remote_at_begin_.cache_misses;
+      s.remote_wait_seconds = now.wait_seconds - remote_at_begin_.wait_seconds;
+      s.remote_download_seconds = now.download_seconds - remote_at_begin_.download_seconds;
+      s.remote = true;
     }
     return s;
   }
@@ -331,6 +347,7 @@ class DataLoader {
   }
 
   std::unique_ptr<D> dataset_;
+  RemoteStats remote_at_begin_;  // remote shards: the dataset's counters when the epoch began
   std::unique_ptr<detail::LoaderCore> core_;
 };
 

@@ -60,6 +60,16 @@ concept CacheReporting = requires(const D& dataset) {
   { dataset.cache_stats() } -> std::convertible_to<CacheStats>;
 };
 
+// A dataset that reads remote shards (ShardedDataset, ShardedStream): stats() reports its
+// downloads (RemoteStats), the memory estimate counts each loading process's download buffers,
+// and diagnose() can tell a loader waiting on the network.
+template <class D>
+concept RemoteReporting = requires(const D& dataset) {
+  { dataset.remote_stats().bytes_fetched } -> std::convertible_to<std::uint64_t>;
+  { dataset.remote_stats().wait_seconds } -> std::convertible_to<double>;
+  { dataset.remote_download_buffer_bytes() } -> std::convertible_to<std::size_t>;
+};
+
 namespace detail {
 // Something that has a map-style dataset's members, whether or not their types are right: a
 // DataLoader of one that is not a MapDataset says what a map-style dataset needs.

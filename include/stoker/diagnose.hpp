@@ -22,14 +22,15 @@ enum class Verdict : std::uint8_t {
   kUnknown,         // nothing measured yet (no batch delivered, or no time elapsed)
   kMemoryPressure,  // memory near the cgroup's limit, or the machine's MemAvailable nearly gone
   kComputeBound,    // the consumer hardly waits: input is not the bottleneck
+  kNetworkBound,    // the consumer waits and the readers wait for remote shards to download
   kStorageBound,    // the consumer waits and the CPUs sit in iowait: the disk is too slow
   kCpuSaturated,    // the consumer waits and every core is busy: more workers cannot help
   kGpuStarved,      // the consumer waits with cores to spare, and the GPU idles for it
   kDataBound,       // the consumer waits with cores to spare: more workers would help
 };
 
-// "unknown", "memory-pressure", "compute-bound", "storage-bound", "cpu-saturated",
-// "gpu-starved", "data-bound".
+// "unknown", "memory-pressure", "compute-bound", "network-bound", "storage-bound",
+// "cpu-saturated", "gpu-starved", "data-bound".
 std::string_view to_string(Verdict verdict) noexcept;
 
 // Where each symptom starts. The defaults are the rules of thumb of docs/tuning.md.
@@ -37,6 +38,9 @@ struct DiagnoseThresholds {
   double wait_fraction = 0.05;     // the consumer waits more than this share: input-bound
   double cpu_busy_fraction = 0.9;  // the machine's CPUs busier than this: saturated
   double iowait_fraction = 0.2;    // CPU time in iowait above this: storage-bound
+  // Remote shards: readers blocked on downloads for more than this share of their loading time
+  // (the workers' get() time, or the consumer's wait with num_workers=0): network-bound.
+  double network_fraction = 0.25;
   double memory_fraction = 0.9;    // used / limit above this: memory pressure
   double gpu_busy_fraction = 0.8;  // a GPU busy less than this while the consumer waits: starved
   // Workers blocked on full slots more than this share of the time while the consumer waits:

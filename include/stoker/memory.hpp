@@ -46,8 +46,12 @@ struct MemoryEstimate {
   std::size_t main_bytes = 0;
   std::size_t pinned_bytes = 0;  // page-locked staging (pin_memory with copies)
   std::size_t cache_bytes = 0;   // a CachedDataset's budget
+  // Remote shards: every loading process's download buffers (receive buffers and connection
+  // state for RemoteOptions::parts_in_flight parts); the bytes themselves go to files.
+  std::size_t download_bytes = 0;
   // The loader's own peak: the ring, the workers, in-process loading, the plans, pinned
-  // staging and the cache; total_bytes adds the main process as it is now.
+  // staging, the cache and the download buffers; total_bytes adds the main process as it is
+  // now.
   std::size_t loader_bytes = 0;
   std::size_t total_bytes = 0;
   // The rule of thumb, for comparison: (num_workers + 1) x batch_size x bytes per sample.
@@ -66,6 +70,9 @@ struct EstimateInputs {
   bool streaming = true;
   std::size_t pinned_bytes = 0;
   std::size_t cache_bytes = 0;
+  // A loading process's download buffers (remote shards), counted for each worker (or the main
+  // process when num_workers = 0).
+  std::size_t download_bytes_per_process = 0;
   // LoaderOptions::max_batches_per_worker > 0: a retiring worker's replacement starts on a
   // spare set of prefetch_factor slots while the old one finishes, so the ring has one more.
   bool recycling = false;

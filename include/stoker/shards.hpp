@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "stoker/remote.hpp"
 #include "stoker/sample.hpp"
 #include "stoker/tensor.hpp"
 
@@ -104,6 +105,9 @@ struct ShardOptions {
   bool write_index = true;
   // Open shard files per process (an LRU; the dataset opens them lazily in each worker).
   std::size_t max_open_shards = 64;
+  // Shards named by URLs (s3://, http(s)://): where they are cached, how they are downloaded
+  // and retried, and how far a stream reads ahead (remote.hpp, docs/remote.md).
+  RemoteOptions remote;
 };
 
 // How a stream makes every rank's epoch the same length, so no rank waits in a collective for
@@ -195,6 +199,14 @@ class ShardedDataset {
   // The same records as an iterable stream (no re-indexing). Main process.
   ShardedStream stream(StreamOptions options = {}) const;
 
+  // Remote shards (URLs): the downloads of every process that reads this dataset and its
+  // copies, since it was made (all zero when every shard is local). What DataLoader::stats()
+  // reports and diagnose() reads. Either process; never blocks.
+  RemoteStats remote_stats() const noexcept;
+  // The memory each process reading this dataset uses for its downloads (0 when every shard is
+  // local): what the loader's memory estimate adds per loading process.
+  std::size_t remote_download_buffer_bytes() const noexcept;
+
  protected:
   // For the formats' public classes: `format` is fully indexed (main process).
   ShardedDataset(std::shared_ptr<const detail::ShardFormat> format, const ShardOptions& options);
@@ -231,6 +243,9 @@ class ShardedStream {
 
   std::uint64_t total_samples() const noexcept;  // T
   std::size_t num_shards() const noexcept;
+  // As ShardedDataset::remote_stats() and remote_download_buffer_bytes().
+  RemoteStats remote_stats() const noexcept;
+  std::size_t remote_download_buffer_bytes() const noexcept;
   const StreamOptions& options() const noexcept;
   // The split a loader with `num_workers` gets (its rank's batches: split.batches_per_stream(
   // batch_size, drop_last) x max(num_workers, 1)). Throws as plan_stream_split.

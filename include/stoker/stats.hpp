@@ -52,6 +52,18 @@ struct LoaderStats {
   std::uint64_t cache_hits = 0;
   std::uint64_t cache_misses = 0;
   std::uint64_t cache_bytes = 0;
+  // Remote shards (ShardedDataset / ShardedStream over URLs: RemoteStats), this epoch, over
+  // every process: body bytes downloaded, requests (retries among them), shards found in the
+  // cache or not, the time readers were blocked on bytes not downloaded yet (summed over the
+  // workers) and the downloads' own time. `remote` is true for such a dataset.
+  bool remote = false;
+  std::uint64_t remote_bytes_fetched = 0;
+  std::uint64_t remote_requests = 0;
+  std::uint64_t remote_retries = 0;
+  std::uint64_t remote_cache_hits = 0;
+  std::uint64_t remote_cache_misses = 0;
+  double remote_wait_seconds = 0;
+  double remote_download_seconds = 0;
 
   // Over the last few seconds (empty windows give 0).
   double recent_samples_per_second = 0;

@@ -23,6 +23,8 @@
 #include "stoker/random.hpp"
 #include "stoker/sample.hpp"
 #include "stoker/sampler.hpp"
+#include "stoker/remote.hpp"
+#include "stoker/remote_shards.hpp"
 #include "stoker/shards.hpp"
 #include "stoker/stats.hpp"
 #include "stoker/tensor.hpp"

@@ -159,6 +159,14 @@ void add_findings(const LoaderStats& stats, const SystemInfo& system, const Work
                             detail::format_bytes(stats.gpu->memory_used),
                             detail::format_bytes(stats.gpu->memory_total)));
   }
+  if (stats.remote) {
+    f.push_back(fmt::format(
+        "remote shards: {} fetched in {} requests ({} retries), {} shards from the cache, {} "
+        "downloaded; readers waited {} for downloads",
+        detail::format_bytes(stats.remote_bytes_fetched), stats.remote_requests,
+        stats.remote_retries, stats.remote_cache_hits, stats.remote_cache_misses,
+        seconds_text(stats.remote_wait_seconds)));
+  }
   if (stats.respawns > 0) f.push_back(fmt::format("workers respawned: {}", stats.respawns));
   if (stats.skipped_samples > 0) {
     f.push_back(fmt::format("samples skipped: {}", stats.skipped_samples));
@@ -175,6 +183,8 @@ std::string_view to_string(Verdict verdict) noexcept {
       return "memory-pressure";
     case Verdict::kComputeBound:
       return "compute-bound";
+    case Verdict::kNetworkBound:
+      return "network-bound";
     case Verdict::kStorageBound:
       return "storage-bound";
     case Verdict::kCpuSaturated:
@@ -254,7 +264,39 @@ Diagnosis diagnose(const LoaderStats& stats, const SystemInfo& system,
     return d;
   }
 
-  // 4. Waiting on the disk: more workers only deepen the disk's queue.
+  // 4. Waiting on downloads of remote shards: more workers do not make the link faster. The
+  // readers' wait happens inside get() / next(): compare it with the workers' loading time (the
+  // consumer's own wait when it loads, num_workers=0).
+  const double loading = w.count > 0 ? w.get_seconds : stats.wait_seconds;
+  if (stats.remote && loading > 0 &&
+      stats.remote_wait_seconds >= thresholds.network_fraction * loading) {
+    d.verdict = Verdict::kNetworkBound;
+    const double share = std::min(1.0, stats.remote_wait_seconds / loading);
+    const double rate = stats.remote_download_seconds > 0
+                            ? static_cast<double>(stats.remote_bytes_fetched) /
+                                  stats.remote_download_seconds
+                            : 0;
+    d.summary = fmt::format(
+        "network-bound: the consumer waited {} of the time, and the readers spent {} of their "
+        "loading time waiting for remote shards ({} fetched{})",
+        percent(wait), percent(share), detail::format_bytes(stats.remote_bytes_fetched),
+        rate > 0 ? fmt::format(", {}/s per download", detail::format_bytes(
+                                                          static_cast<std::size_t>(rate)))
+                 : std::string());
+    d.advice =
+        "The workers wait for shards to arrive, not for the CPU, so more workers would not help: "
+        "raise RemoteOptions::read_ahead_shards (or read_ahead_bytes) so the next shards "
+        "download while one is read, and parts_in_flight so each downloads faster; check that "
+        "cache_limit leaves room for the read-ahead" +
+        std::string(stats.remote_retries > 0 ? fmt::format(
+                                                   ", and why {} requests had to be retried",
+                                                   stats.remote_retries)
+                                             : std::string()) +
+        ".";
+    return d;
+  }
+
+  // 5. Waiting on the disk: more workers only deepen the disk's queue.
   if (stats.iowait_fraction && *stats.iowait_fraction >= thresholds.iowait_fraction) {
     d.verdict = Verdict::kStorageBound;
     d.summary = fmt::format("storage-bound: iowait {} while the consumer waited {} of the time",
@@ -274,7 +316,7 @@ Diagnosis diagnose(const LoaderStats& stats, const SystemInfo& system,
     return d;
   }
 
-  // 5. Every core busy: more workers only add context switches.
+  // 6. Every core busy: more workers only add context switches.
   double busy = 0;
   bool busy_estimated = false;
   if (stats.cpu_busy_fraction) {
@@ -311,7 +353,7 @@ Diagnosis diagnose(const LoaderStats& stats, const SystemInfo& system,
     return d;
   }
 
-  // 6. Cores to spare while the consumer waits: more workers.
+  // 7. Cores to spare while the consumer waits: more workers.
   std::string evidence;
   std::optional<std::size_t> more;
   const bool cpu_known = stats.cpu_busy_fraction.has_value() || busy_estimated;

@@ -109,8 +109,9 @@ MemoryEstimate estimate_memory(const EstimateInputs& in) {
   e.main_bytes = own ? own->unreclaimable_pss_bytes : 0;
   e.pinned_bytes = in.pinned_bytes;
   e.cache_bytes = in.cache_bytes;
+  e.download_bytes = std::max<std::size_t>(in.num_workers, 1) * in.download_bytes_per_process;
   e.loader_bytes = e.ring_bytes + in.num_workers * e.worker_private_bytes + e.inline_bytes +
-                   e.plan_bytes + e.pinned_bytes + e.cache_bytes;
+                   e.plan_bytes + e.pinned_bytes + e.cache_bytes + e.download_bytes;
   e.total_bytes = e.loader_bytes + e.main_bytes;
   e.rule_of_thumb_bytes = (in.num_workers + 1) * e.batch_bytes;
   return e;
@@ -184,6 +185,7 @@ std::string to_string(const MemoryEstimate& e) {
   row("epoch plans", "", e.plan_bytes);
   row("pinned staging", "", e.pinned_bytes);
   row("sample cache", "", e.cache_bytes);
+  if (e.download_bytes > 0) row("download buffers", "", e.download_bytes);
   row("loader", "", e.loader_bytes);
   row("main process (now)", "", e.main_bytes);
   row("total", "", e.total_bytes);

@@ -113,6 +113,7 @@ MemoryEstimate Preflight::estimate(std::size_t workers, std::size_t batch, std::
   in.bytes_per_sample = bytes;
   in.streaming = !options_.collate && !skips_samples(options_) && !iterable_;
   in.cache_bytes = probe_.cache_bytes;
+  in.download_bytes_per_process = probe_.download_bytes;
   in.worker_base_bytes = measured_worker_base_;
   in.worker_startup_bytes = measured_worker_startup_;
   in.recycling = recycles(options_, workers);

@@ -5,6 +5,7 @@
 #include <linux/futex.h>
 #include <sched.h>
 #include <sys/eventfd.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -19,6 +20,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -277,17 +279,6 @@ int advise_file(int fd, off_t offset, off_t length, int advice) noexcept {
   return ::posix_fadvise(fd, offset, length, advice);
 }
 
-int rename_path(const char* from, const char* to) noexcept { return ::rename(from, to); }
-
-int unlink_path(const char* path) noexcept { return ::unlink(path); }
-
-int make_directory(const char* path) noexcept {
-  if (::mkdir(path, 0755) == 0) return 0;
-  struct ::stat st;
-  if (errno == EEXIST && ::stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
-  return -1;
-}
-
 pid_t spawn_shell(const char* command, int stdout_fd) noexcept {
   if (injected(Call::kSpawn)) return -1;
   const pid_t pid = ::fork();
@@ -300,6 +291,69 @@ pid_t spawn_shell(const char* command, int stdout_fd) noexcept {
   if (stdout_fd != STDOUT_FILENO && ::dup2(stdout_fd, STDOUT_FILENO) < 0) ::_exit(127);
   ::execl("/bin/sh", "sh", "-c", command, static_cast<char*>(nullptr));
   ::_exit(127);
+}
+
+int open_file(const char* path, int flags, mode_t mode) noexcept {
+  int fd;
+  do {
+    fd = ::open(path, flags | O_CLOEXEC, mode);
+  } while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
+int create_file(const char* path, bool exclusive) noexcept {
+  return open_file(path, O_WRONLY | O_CREAT | (exclusive ? O_EXCL : O_TRUNC), 0644);
+}
+
+int pwrite_all(int fd, const void* data, std::size_t length, off_t offset) noexcept {
+  if (injected(Call::kPwrite)) return -1;
+  std::size_t done = 0;
+  while (done < length) {
+    const ssize_t n = ::pwrite(fd, static_cast<const char*>(data) + done, length - done,
+                               offset + static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;
+    done += static_cast<std::size_t>(n);
+  }
+  return 0;
+}
+
+int lock_file(int fd, int operation) noexcept {
+  int rc;
+  do {
+    rc = ::flock(fd, operation);
+  } while (rc < 0 && errno == EINTR);
+  return rc;
+}
+
+int rename_file(const char* from, const char* to) noexcept {
+  if (injected(Call::kRename)) return -1;
+  return ::rename(from, to);
+}
+
+int remove_file(const char* path) noexcept { return ::unlink(path); }
+
+int make_directories(const char* path, mode_t mode) noexcept {
+  std::string p(path);
+  for (std::size_t i = 1; i <= p.size(); ++i) {
+    if (i < p.size() && p[i] != '/') continue;
+    const std::string prefix = p.substr(0, i);
+    if (::mkdir(prefix.c_str(), mode) != 0 && errno != EEXIST) return -1;
+  }
+  struct ::stat st;
+  if (::stat(path, &st) != 0) return -1;
+  if (!S_ISDIR(st.st_mode)) {
+    errno = ENOTDIR;
+    return -1;
+  }
+  return 0;
+}
+
+int sync_file_data(int fd) noexcept { return ::fdatasync(fd); }
+
+int touch_file(int fd) noexcept {
+  const timespec times[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
+  return ::futimens(fd, times);
 }
 
 std::optional<ResourceLimit> resource_limit(int resource) noexcept {

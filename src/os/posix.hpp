@@ -58,6 +58,8 @@ enum class Call : int {
   kRead,   // read_some, pread_some, read_full, pread_full
   kWrite,  // write_all
   kSpawn,  // spawn_shell
+  kPwrite,  // pwrite_all: the shard cache's downloads (ENOSPC)
+  kRename,  // rename_file: the cache's atomic publish
   kCount,
 };
 // Tests only: after `after` calls of `call` succeed, the next `times` fail with `err` without
@@ -126,10 +128,6 @@ bool stat_path(const char* path, struct ::stat& out) noexcept;
 bool stat_fd(int fd, struct ::stat& out) noexcept;
 // posix_fadvise (a hint: its result is only informative). 0, or an error number.
 int advise_file(int fd, off_t offset, off_t length, int advice) noexcept;
-int rename_path(const char* from, const char* to) noexcept;
-int unlink_path(const char* path) noexcept;
-// mkdir(path, 0755); 0 when it exists already as a directory.
-int make_directory(const char* path) noexcept;
 // A resource limit's soft value (RLIMIT_*); nullopt when it cannot be read.
 struct ResourceLimit {
   std::uint64_t soft = 0;
@@ -175,6 +173,22 @@ int unbind_cpus() noexcept;
 
 pid_t self_pid() noexcept;
 pid_t parent_pid() noexcept;
+
+// Files that are created, replaced and locked (the remote shard cache, uploads' local copies).
+// open(path, flags | O_CLOEXEC, mode); -1 and errno on failure.
+int open_file(const char* path, int flags, mode_t mode = 0644) noexcept;
+// Creates (or truncates) `path` for writing; with `exclusive`, fails with EEXIST when it exists.
+int create_file(const char* path, bool exclusive) noexcept;
+// pwrite() all of `length` at `offset`, retrying EINTR and short writes; 0, or -1 and errno.
+int pwrite_all(int fd, const void* data, std::size_t length, off_t offset) noexcept;
+// flock(fd, operation) (LOCK_SH, LOCK_EX, LOCK_UN, | LOCK_NB), retrying EINTR; 0 or -1.
+int lock_file(int fd, int operation) noexcept;
+int rename_file(const char* from, const char* to) noexcept;
+int remove_file(const char* path) noexcept;  // unlink()
+// mkdir -p: each missing directory of `path` (an existing one is fine); 0 or -1 and errno.
+int make_directories(const char* path, mode_t mode = 0755) noexcept;
+int sync_file_data(int fd) noexcept;  // fdatasync()
+int touch_file(int fd) noexcept;      // futimens(): the modification time to now
 
 // The names in a directory, without "." and ".."; empty when it cannot be read.
 std::vector<std::string> list_directory(const char* path);

@@ -145,4 +145,11 @@ bool process_alive(pid_t pid) {
   return read_stat(pid, state, ppid, nullptr) && state != 'Z' && state != 'X';
 }
 
+namespace {
+SettleHook g_settle = nullptr;
+}  // namespace
+
+void set_settle_hook(SettleHook hook) { g_settle = hook; }
+SettleHook settle_hook() { return g_settle; }
+
 }  // namespace stoker::test

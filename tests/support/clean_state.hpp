@@ -29,6 +29,13 @@ std::size_t rss_shmem_kib();
 // Everything that differs from `baseline`, as text; empty when the state is clean.
 std::string differences(const ProcessState& baseline, const ProcessState& now);
 
+// A test program whose library keeps something open on purpose (the remote tests: the HTTP
+// client's cached connections) lets go of it in a hook, called before each TEST_CASE's snapshot
+// and before its check; it returns what it could not let go of, or "".
+using SettleHook = std::string (*)();
+void set_settle_hook(SettleHook hook);
+SettleHook settle_hook();
+
 // CPU time (user + system) of a live process, in seconds; -1 when it is gone.
 double process_cpu_seconds(pid_t pid);
 bool process_alive(pid_t pid);  // exists and is not a zombie

@@ -20,11 +20,14 @@ class CleanStateListener : public Catch::TestEventListenerBase {
 
   void testCaseStarting(const Catch::TestCaseInfo& info) override {
     TestEventListenerBase::testCaseStarting(info);
+    if (const auto settle = stoker::test::settle_hook()) settle();
     baseline_ = stoker::test::process_state();
   }
 
   void testCaseEnded(const Catch::TestCaseStats& stats) override {
-    const std::string diff = stoker::test::differences(baseline_, stoker::test::process_state());
+    std::string diff;
+    if (const auto settle = stoker::test::settle_hook()) diff = settle();
+    if (diff.empty()) diff = stoker::test::differences(baseline_, stoker::test::process_state());
     if (!diff.empty()) {
       std::fprintf(stderr, "clean-state check failed after TEST_CASE \"%s\": %s\n",
                    stats.testInfo.name.c_str(), diff.c_str());

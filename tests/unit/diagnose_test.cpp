@@ -241,6 +241,7 @@ TEST_CASE("diagnose: every verdict has a name", "[diagnose]") {
   CHECK(to_string(Verdict::kUnknown) == "unknown");
   CHECK(to_string(Verdict::kMemoryPressure) == "memory-pressure");
   CHECK(to_string(Verdict::kComputeBound) == "compute-bound");
+  CHECK(to_string(Verdict::kNetworkBound) == "network-bound");
   CHECK(to_string(Verdict::kStorageBound) == "storage-bound");
   CHECK(to_string(Verdict::kCpuSaturated) == "cpu-saturated");
   CHECK(to_string(Verdict::kGpuStarved) == "gpu-starved");
@@ -310,4 +311,56 @@ TEST_CASE("diagnose: workers hardly blocked keep the other data-bound advice", "
   for (WorkerStats& w : s.workers) w.blocked_seconds = 0.1;  // 1%: below the threshold
   const Diagnosis d = diagnose(s, two_cores());
   CHECK_THAT(d.summary, !Catch::Contains("blocked on full slots"));
+}
+
+namespace {
+
+// Remote shards: an epoch whose workers (each 40% busy, so cores to spare) spent `waited` s of
+// their get() time blocked on downloads.
+LoaderStats remote_epoch(double waited) {
+  LoaderStats s = epoch(0.6, 4, 0.4, 0.3);
+  s.remote = true;
+  s.remote_bytes_fetched = 800u << 20;
+  s.remote_requests = 120;
+  s.remote_retries = 3;
+  s.remote_cache_misses = 12;
+  s.remote_wait_seconds = waited;
+  s.remote_download_seconds = 8;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("diagnose: readers waiting on downloads is network-bound, and names read-ahead",
+          "[diagnose][remote]") {
+  // 4 workers x 3.2 s of get(); 6 s of it waiting on the network.
+  const Diagnosis d = diagnose(remote_epoch(6), roomy());
+  CHECK(d.verdict == Verdict::kNetworkBound);
+  CHECK(d.summary ==
+        "network-bound: the consumer waited 60% of the time, and the readers spent 47% of their "
+        "loading time waiting for remote shards (800.0 MiB fetched, 100.0 MiB/s per download)");
+  CHECK(d.advice.find("more workers would not help") != std::string::npos);
+  CHECK(d.advice.find("raise RemoteOptions::read_ahead_shards") != std::string::npos);
+  CHECK(d.advice.find("parts_in_flight") != std::string::npos);
+  CHECK(d.advice.find("why 3 requests had to be retried") != std::string::npos);
+  CHECK_FALSE(d.suggested_num_workers.has_value());
+  const std::string text = to_string(d);
+  CHECK(text.find("remote shards: 800.0 MiB fetched in 120 requests (3 retries), 0 shards from "
+                  "the cache, 12 downloaded; readers waited 6.00 s for downloads") !=
+        std::string::npos);
+}
+
+TEST_CASE("diagnose: a little waiting on downloads leaves the verdict to the rest",
+          "[diagnose][remote][precedence]") {
+  // 1 s of 12.8 s: below network_fraction (25%): data-bound, with more workers.
+  const Diagnosis d = diagnose(remote_epoch(1), roomy());
+  CHECK(d.verdict == Verdict::kDataBound);
+  // Compute-bound wins: the consumer hardly waits, whatever the workers wait for.
+  LoaderStats quiet = remote_epoch(10);
+  quiet.wait_seconds = 0.1;
+  CHECK(diagnose(quiet, roomy()).verdict == Verdict::kComputeBound);
+  // num_workers = 0: the consumer's own wait is the loading time.
+  LoaderStats inline_epoch = remote_epoch(4);
+  inline_epoch.workers.clear();
+  CHECK(diagnose(inline_epoch, roomy()).verdict == Verdict::kNetworkBound);
 }

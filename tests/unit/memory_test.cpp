@@ -215,3 +215,20 @@ TEST_CASE("Topology: cores, and the cores workers get", "[memory][topology]") {
     REQUIRE(fallback.logical_cpus() == t.logical_cpus());
   }
 }
+
+TEST_CASE("estimate_memory: remote shards' download buffers, one set per loading process",
+          "[memory][remote]") {
+  EstimateInputs in;
+  in.num_workers = 3;
+  in.batch_size = 8;
+  in.bytes_per_sample = 1000;
+  const MemoryEstimate without = estimate_memory(in);
+  in.download_bytes_per_process = 4 << 20;
+  const MemoryEstimate with = estimate_memory(in);
+  CHECK(with.download_bytes == 3 * (4u << 20));
+  CHECK(with.loader_bytes - without.loader_bytes == 3 * (4u << 20));
+  CHECK(to_string(with).find("download buffers") != std::string::npos);
+  CHECK(to_string(without).find("download buffers") == std::string::npos);
+  in.num_workers = 0;  // the main process loads, and downloads
+  CHECK(estimate_memory(in).download_bytes == 4u << 20);
+}

@@ -2,9 +2,13 @@
 
 #include <stdexcept>
 
+#include "datasets/remote/remote_source.hpp"
+#include "os/net/url.hpp"
+
 namespace stoker::detail {
 
-MappedShards::MappedShards(std::size_t capacity) : capacity_(capacity) {
+MappedShards::MappedShards(std::size_t capacity, const RemoteSource* remote)
+    : capacity_(capacity), remote_(remote) {
   if (capacity == 0) {
     throw std::invalid_argument("ShardOptions::max_open_shards is 0; it must be at least 1");
   }
@@ -25,9 +29,11 @@ std::shared_ptr<const MappedFile> MappedShards::get(std::size_t shard, const std
       open_.erase(lru_.back());
       lru_.pop_back();
     }
-    auto file = MappedFile::open(path, who);
+    std::shared_ptr<CacheHold> hold;
+    if (net::is_remote(path) && remote_ != nullptr) hold = remote_->acquire_complete(path);
+    auto file = MappedFile::open(hold != nullptr ? hold->path() : path, who);
     lru_.push_front(shard);
-    it = open_.emplace(shard, Entry{std::move(file), lru_.begin()}).first;
+    it = open_.emplace(shard, Entry{std::move(file), lru_.begin(), std::move(hold)}).first;
   }
   last_ = shard;
   last_file_ = it->second.file;

@@ -16,16 +16,22 @@
 
 namespace stoker::detail {
 
+class CacheHold;
+class RemoteSource;
+
 class MappedShards {
  public:
-  // Throws std::invalid_argument for capacity 0.
-  explicit MappedShards(std::size_t capacity);
+  // Throws std::invalid_argument for capacity 0. `remote`: the dataset's source of remote
+  // shards (URLs), which must outlive this; nullptr when none is remote.
+  explicit MappedShards(std::size_t capacity, const RemoteSource* remote = nullptr);
 
-  // The mapping of shard `shard` (at `path`), mapped on first use. A mapping that shrank stays
-  // (each read of it reports the shrink: the file changed after it was indexed). Installs the
-  // SIGBUS guard in this process (MappedFile::guard), so the caller may touch the bytes. Either
-  // process; any thread (a mutex guards the table). Throws stoker::Error naming `who` and the
-  // path when the file cannot be opened or mapped, or is empty.
+  // The mapping of shard `shard` (at `path`), mapped on first use; a URL's complete cache
+  // entry (downloaded first when missing, held while it is mapped here). A mapping that shrank
+  // stays (each read of it reports the shrink: the file changed after it was indexed). Installs
+  // the SIGBUS guard in this process (MappedFile::guard), so the caller may touch the bytes.
+  // Either process; any thread (a mutex guards the table). Throws stoker::Error naming `who` and
+  // the path when the file cannot be opened or mapped, or is empty; RemoteError when it cannot
+  // be downloaded.
   std::shared_ptr<const MappedFile> get(std::size_t shard, const std::string& path,
                                         const char* who) const;
 
@@ -33,8 +39,10 @@ class MappedShards {
   struct Entry {
     std::shared_ptr<const MappedFile> file;
     std::list<std::size_t>::iterator lru;
+    std::shared_ptr<CacheHold> hold;  // a remote shard's cache entry
   };
   std::size_t capacity_;
+  const RemoteSource* remote_ = nullptr;
   mutable std::mutex mutex_;
   mutable std::unordered_map<std::size_t, Entry> open_;
   mutable std::list<std::size_t> lru_;          // most recently used first

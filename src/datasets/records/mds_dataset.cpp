@@ -2,6 +2,7 @@
 // (datasets/shards/shard_format.hpp).
 #include "stoker/mds_dataset.hpp"
 
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include <cstring>
@@ -14,12 +15,14 @@
 #include "datasets/records/mapped_shards.hpp"
 #include "datasets/records/mds_index.hpp"
 #include "datasets/records/mds_shard.hpp"
+#include "datasets/remote/remote_source.hpp"
 #include "datasets/shards/byte_source.hpp"
 #include "datasets/shards/index_cache.hpp"
 #include "datasets/shards/shard_files.hpp"
 #include "datasets/shards/shard_format.hpp"
 #include "os/log.hpp"
 #include "os/mapped_file.hpp"
+#include "os/net/url.hpp"
 #include "os/posix.hpp"
 
 namespace stoker {
@@ -54,7 +57,17 @@ bool exists(const std::string& path) {
 
 std::string join_path(const std::string& directory, const std::string& name) {
   if (directory.empty()) return name;
+  if (net::is_remote(directory)) return net::join_name(directory, name);
   return directory.back() == '/' ? directory + name : directory + "/" + name;
+}
+
+// A remote shard file's complete, checked copy in the cache (held while `hold` lives), or the
+// local file itself.
+std::string local_file(const RemoteSource* remote, const std::string& path,
+                       std::shared_ptr<CacheHold>& hold) {
+  if (remote == nullptr || !net::is_remote(path)) return path;
+  hold = remote->acquire_complete(path);
+  return hold->path();
 }
 
 // A shard file whole, mapped (its bytes as they are: the engine's byte sources would undo a
@@ -99,16 +112,17 @@ bool names_column(std::string_view spec, std::string_view column) {
 class MdsCursor final : public RecordCursor {
  public:
   MdsCursor(std::size_t shard, const MdsShardInfo& info, const MdsShard& s, std::uint64_t first,
-            bool verify)
+            bool verify, const RemoteSource* remote)
       : shard_(shard), info_(info), name_(s.raw_present ? s.raw_path : s.zip_path), next_(first) {
     try {
+      // A remote file is read whole from the cache; its hash was checked when it arrived.
       if (s.raw_present) {
-        raw_file_ = map_whole(s.raw_path, info.raw.bytes);
+        raw_file_ = map_whole(local_file(remote, s.raw_path, hold_), info.raw.bytes);
         data_ = raw_file_->bytes();
-        if (verify) error_ = hash_mismatch(info.raw, data_, s.raw_path);
+        if (verify && hold_ == nullptr) error_ = hash_mismatch(info.raw, data_, s.raw_path);
       } else {
-        const auto zip = map_whole(s.zip_path, info.zip->bytes);
-        if (verify) error_ = hash_mismatch(*info.zip, zip->bytes(), s.zip_path);
+        const auto zip = map_whole(local_file(remote, s.zip_path, hold_), info.zip->bytes);
+        if (verify && hold_ == nullptr) error_ = hash_mismatch(*info.zip, zip->bytes(), s.zip_path);
         if (error_.empty()) {
           decompressed_ =
               decompress_shard(info.codec, zip->bytes(), static_cast<std::size_t>(info.raw.bytes),
@@ -124,7 +138,7 @@ class MdsCursor final : public RecordCursor {
     } catch (const MdsError& e) {
       if (raw_file_ && !raw_file_->intact()) error_ = raw_file_->shrink_message(kWho);
       error_ = e.what();
-    } catch (const Error& e) {  // corrupt compressed data
+    } catch (const Error& e) {  // corrupt compressed data, or a failed download
       error_ = e.what();
     }
   }
@@ -163,6 +177,7 @@ class MdsCursor final : public RecordCursor {
   const MdsShardInfo& info_;
   std::string name_;
   std::uint64_t next_;
+  std::shared_ptr<CacheHold> hold_;             // a remote shard's cache entry
   std::shared_ptr<const MappedFile> raw_file_;  // a raw shard, mapped
   std::vector<std::byte> decompressed_;         // or a compressed one, decompressed
   std::span<const std::byte> data_;             // the raw shard's bytes
@@ -191,8 +206,9 @@ struct DecodeScratch {
 class MdsFormat final : public ShardFormat {
  public:
   MdsFormat(std::shared_ptr<const MdsIndex> index, std::vector<MdsShard> shards,
-            const MdsOptions& options, bool random_access)
-      : mapped_(options.max_open_shards),
+            const MdsOptions& options, bool random_access, std::shared_ptr<RemoteSource> remote)
+      : ShardFormat(std::move(remote)),
+        mapped_(options.max_open_shards, this->remote()),
         index_(std::move(index)),
         shards_(std::move(shards)),
         decoders_(options.decoders),
@@ -248,7 +264,7 @@ class MdsFormat final : public ShardFormat {
   std::unique_ptr<RecordCursor> open(std::size_t shard, std::uint64_t first, const FieldPlan&,
                                      ShardFiles&) const override {
     return std::make_unique<MdsCursor>(shard, index_->shards[shard], shards_[shard], first,
-                                       verify_);
+                                       verify_, remote());
   }
 
   void throw_shrunk(const RawRecord& record) const override {
@@ -337,8 +353,20 @@ class MdsFormat final : public ShardFormat {
   bool random_access_;
 };
 
-std::shared_ptr<const MdsIndex> read_index(const std::string& directory) {
+std::shared_ptr<const MdsIndex> read_index(const std::string& directory,
+                                           const RemoteSource* remote) {
   const std::string path = join_path(directory, "index.json");
+  if (remote != nullptr) {
+    // Through the node's cache: every rank on the machine reads the one copy.
+    const std::optional<std::string> text = remote->read_small(path, std::uint64_t{256} << 20);
+    if (!text) {
+      throw MdsError(fmt::format("{}: {} does not exist; give the URL of the directory MDSWriter "
+                                 "wrote (it holds index.json and the shard files)",
+                                 kWho, path),
+                     path);
+    }
+    return std::make_shared<const MdsIndex>(parse_mds_index(*text, path));
+  }
   if (!exists(path)) {
     throw MdsError(fmt::format("{}: {} does not exist; give the directory MDSWriter wrote (it "
                                "holds index.json and the shard files)",
@@ -357,16 +385,33 @@ std::shared_ptr<const MdsIndex> read_index(const std::string& directory) {
   }
 }
 
-std::vector<MdsShard> locate_shards(const std::string& directory, const MdsIndex& index) {
+std::vector<MdsShard> locate_shards(const std::string& directory, const MdsIndex& index,
+                                    RemoteSource* remote) {
+  std::vector<bool> present;
+  if (remote != nullptr) {
+    // Which files the server has (HEADs, several at once): raw shards, and compressed ones.
+    std::vector<std::string> urls;
+    for (const MdsShardInfo& info : index.shards) {
+      urls.push_back(join_path(directory, info.raw.basename));
+      urls.push_back(info.zip ? join_path(directory, info.zip->basename) : std::string());
+    }
+    std::vector<std::string> asked;
+    for (const std::string& u : urls) {
+      if (!u.empty()) asked.push_back(u);
+    }
+    const std::vector<bool> found = remote->exists_all(asked);
+    std::size_t at = 0;
+    for (const std::string& u : urls) present.push_back(!u.empty() && found[at++]);
+  }
   std::vector<MdsShard> shards;
   for (std::size_t i = 0; i < index.shards.size(); ++i) {
     const MdsShardInfo& info = index.shards[i];
     MdsShard s;
     s.raw_path = join_path(directory, info.raw.basename);
-    s.raw_present = exists(s.raw_path);
+    s.raw_present = remote != nullptr ? present[2 * i] : exists(s.raw_path);
     if (info.zip) {
       s.zip_path = join_path(directory, info.zip->basename);
-      s.zip_present = exists(s.zip_path);
+      s.zip_present = remote != nullptr ? present[2 * i + 1] : exists(s.zip_path);
     }
     if (!s.raw_present && !s.zip_present) {
       throw MdsError(
@@ -380,6 +425,46 @@ std::vector<MdsShard> locate_shards(const std::string& directory, const MdsIndex
   return shards;
 }
 
+// A remote shard file is checked when it has arrived, before the cache keeps it: its size (the
+// download's), its sample count (a raw shard) and the index's hash.
+void verify_on_arrival(RemoteSource& remote, const MdsShardInfo& info, const MdsFileInfo& file,
+                       const std::string& url, bool raw, const MdsOptions& options) {
+  const auto* pick = options.verify_hashes ? pick_mds_hash(file) : nullptr;
+  if (const auto size = remote.size_of(url); size && *size != file.bytes) {
+    throw MdsError(fmt::format("{}: {}: the object is {} bytes, index.json says {}; it is damaged "
+                               "or not the one the index was written with: upload it again",
+                               kWho, url, *size, file.bytes),
+                   url);
+  }
+  const std::uint64_t samples = info.samples;
+  const std::string token =
+      pick != nullptr ? pick->first + ":" + pick->second : std::string("count");
+  remote.set_verify(
+      url,
+      [file, url, raw, samples, check_hash = pick != nullptr](int fd, std::uint64_t size) {
+        void* p = posix::map_shared_read_only(fd, static_cast<std::size_t>(size));
+        if (p == MAP_FAILED) {
+          throw Error(posix::errno_message(fmt::format("{}: cannot map {} to check it", kWho, url),
+                                           errno));
+        }
+        const std::span<const std::byte> data(static_cast<const std::byte*>(p),
+                                              static_cast<std::size_t>(size));
+        std::string problem;
+        std::uint32_t count = 0;
+        if (raw && size >= 4) std::memcpy(&count, data.data(), 4);
+        if (raw && count != samples) {
+          problem = fmt::format("{}: {}: the shard holds {} samples, index.json says {}; upload "
+                                "the shard or its index.json again",
+                                kWho, url, count, samples);
+        } else if (check_hash) {
+          problem = hash_mismatch(file, data, url);
+        }
+        posix::unmap(p, static_cast<std::size_t>(size));
+        if (!problem.empty()) throw MdsError(problem, url);
+      },
+      token);
+}
+
 // Map-style: a raw shard must be there, of the right size and count; its hash is checked once
 // and the result cached beside it.
 void check_raw_shard(const MdsShardInfo& info, const MdsShard& s, const MdsOptions& options) {
@@ -389,6 +474,7 @@ void check_raw_shard(const MdsShardInfo& info, const MdsShard& s, const MdsOptio
         "with MdsDataset::stream(), or decompress it beside itself (to {})",
         kWho, s.zip_path, info.compression, s.raw_path));
   }
+  if (net::is_remote(s.raw_path)) return;  // checked when it arrives (verify_on_arrival)
   const ShardStat stat = stat_shard(s.raw_path, kWho);
   if (stat.size != info.raw.bytes) {
     throw MdsError(fmt::format("{}: {}: the file is {} bytes, index.json says {}; it is damaged or "
@@ -437,16 +523,27 @@ namespace {
 std::shared_ptr<const detail::ShardFormat> make_format(const std::string& directory,
                                                        const MdsOptions& options, bool map_style) {
   using namespace detail;
-  auto index = read_index(directory);
+  std::shared_ptr<RemoteSource> remote = RemoteSource::for_names({directory}, options.remote);
+  auto index = read_index(directory, remote.get());
   if (index->shards.empty()) {
     throw MdsError(fmt::format("{}: {}/index.json lists no shards", kWho, directory), directory);
   }
-  std::vector<MdsShard> shards = locate_shards(directory, *index);
+  std::vector<MdsShard> shards = locate_shards(directory, *index, remote.get());
+  for (std::size_t i = 0; i < shards.size() && remote != nullptr; ++i) {
+    const MdsShardInfo& info = index->shards[i];
+    if (shards[i].raw_present) {
+      verify_on_arrival(*remote, info, info.raw, shards[i].raw_path, true, options);
+    }
+    if (shards[i].zip_present) {
+      verify_on_arrival(*remote, info, *info.zip, shards[i].zip_path, false, options);
+    }
+  }
   if (map_style) {
     for (std::size_t i = 0; i < shards.size(); ++i)
       check_raw_shard(index->shards[i], shards[i], options);
   }
-  return std::make_shared<const MdsFormat>(std::move(index), std::move(shards), options, map_style);
+  return std::make_shared<const MdsFormat>(std::move(index), std::move(shards), options, map_style,
+                                           std::move(remote));
 }
 
 }  // namespace

@@ -14,12 +14,14 @@
 #include "datasets/records/example_proto.hpp"
 #include "datasets/records/mapped_shards.hpp"
 #include "datasets/records/tfrecord.hpp"
+#include "datasets/remote/shard_access.hpp"
 #include "datasets/shards/byte_source.hpp"
 #include "datasets/shards/index_cache.hpp"
 #include "datasets/shards/shard_files.hpp"
 #include "datasets/shards/shard_format.hpp"
 #include "os/log.hpp"
 #include "os/mapped_file.hpp"
+#include "os/net/url.hpp"
 #include "os/posix.hpp"
 
 namespace stoker {
@@ -34,9 +36,7 @@ constexpr std::uint8_t kCount = 1;
 
 // "<file>.stoker.idx": DALI's tfrecord2idx output is often named "<file>.idx", and must not be
 // overwritten by ours.
-std::string cache_path(const std::string& name, const TFRecordOptions& options) {
-  return index_path(name + ".stoker", options.index_dir);
-}
+constexpr std::string_view kIndexSuffix = ".stoker";
 
 struct TfShard {
   std::string name;
@@ -123,7 +123,9 @@ std::string bad_region_message(const TfShard& s, std::size_t k, const TFRecordIn
 
 class TfCursor final : public RecordCursor {
  public:
-  TfCursor(std::size_t shard, const TfShard& s, std::uint64_t first, bool verify) : shard_(shard) {
+  TfCursor(std::size_t shard, const TfShard& s, std::uint64_t first, bool verify,
+           ShardFiles& files)
+      : shard_(shard) {
     std::uint64_t start = 0;
     std::size_t start_record = 0;
     if (s.seekable && first < s.index->entries.size()) {
@@ -133,7 +135,7 @@ class TfCursor final : public RecordCursor {
                   : e;
       start_record = static_cast<std::size_t>(first);
     }
-    auto raw = open_stream_source(s.name, start, kWho);
+    auto raw = files.open_stream(shard, s.name, start, kWho);
     auto source = start == 0 ? tfrecord_source(std::move(raw), s.name) : std::move(raw);
     stream_.emplace(std::move(source), s.name, verify, start, start_record);
     while (stream_->next_record() < first && skip()) {
@@ -180,10 +182,12 @@ struct DecodeScratch {
 
 class TFRecordFormat final : public ShardListFormat<TfShard> {
  public:
-  TFRecordFormat(std::vector<TfShard> shards, const TFRecordOptions& options)
-      : ShardListFormat(std::move(shards),
-                        [](const TFRecordIndex& ix) { return ix.bad_regions.size(); }),
-        mapped_(options.max_open_shards),
+  TFRecordFormat(std::vector<TfShard> shards, const TFRecordOptions& options,
+                 std::shared_ptr<RemoteSource> remote)
+      : ShardListFormat(
+            std::move(shards), [](const TFRecordIndex& ix) { return ix.bad_regions.size(); },
+            std::move(remote)),
+        mapped_(options.max_open_shards, this->remote()),
         verify_(options.verify_crc),
         scalars_(options.scalar_features) {}
 
@@ -228,8 +232,8 @@ class TFRecordFormat final : public ShardListFormat<TfShard> {
   }
 
   std::unique_ptr<RecordCursor> open(std::size_t shard, std::uint64_t first, const FieldPlan&,
-                                     ShardFiles&) const override {
-    return std::make_unique<TfCursor>(shard, shards_[shard], first, verify_);
+                                     ShardFiles& files) const override {
+    return std::make_unique<TfCursor>(shard, shards_[shard], first, verify_, files);
   }
 
   Sample decode(const RawRecord& record, const FieldPlan& plan) const override {
@@ -329,30 +333,34 @@ bool is_stream_only(const std::string& name) {
 }
 
 // Whether a plain-named file holds gzip or zlib bytes (TensorFlow does not require a suffix).
-StreamCodec file_codec(const std::string& name) {
+// A remote file goes by its name: looking would start its download.
+StreamCodec file_codec(const ShardAccess& access, const std::string& name) {
+  if (net::is_remote(name)) return StreamCodec::kNone;
   StreamCodec codec = StreamCodec::kNone;
-  tfrecord_source(open_stream_source(name, 0, kWho), name, &codec);
+  tfrecord_source(access.open(name, 0, kWho), name, &codec);
   return codec;
 }
 
-TfShard plain_shard(const std::string& name, const TFRecordOptions& options) {
-  const ShardStat stat = stat_shard(name, kWho);
-  const std::string idx = cache_path(name, options);
+TfShard plain_shard(const ShardAccess& access, const std::string& name,
+                    const TFRecordOptions& options) {
+  const ShardStat stat = access.stat(name, kWho);
   TfShard s;
   s.name = name;
   s.seekable = true;
   s.bytes = stat.size;
-  if (auto payload = load_index(idx, kIndexMagic, kIndexVersion, stat)) {
+  if (auto payload = access.load_index(name, kIndexSuffix, kIndexMagic, kIndexVersion, stat)) {
     if (auto index = parse_index(*payload, options.verify_crc, stat.size)) {
       s.index = std::make_shared<const TFRecordIndex>(std::move(*index));
     } else {
-      logger().debug("{}: index {} does not fit {}: rebuilding it", kWho, idx, name);
+      logger().debug("{}: the index of {} does not fit it: rebuilding it", kWho, name);
     }
   }
   if (!s.index) {
     TFRecordIndex index;
     if (stat.size > 0) {
-      const auto file = MappedFile::open(name, "TFRecordDataset");
+      // A remote file is indexed from its complete copy in the cache.
+      const auto hold = net::is_remote(name) ? access.remote()->acquire_complete(name) : nullptr;
+      const auto file = MappedFile::open(hold != nullptr ? hold->path() : name, "TFRecordDataset");
       index = index_tfrecords(file->bytes(), options.verify_crc);
       if (!file->intact()) {
         throw TFRecordError(file->shrink_message(kWho), name, 0);
@@ -364,9 +372,8 @@ TfShard plain_shard(const std::string& name, const TFRecordOptions& options) {
           "record",
           kWho, name, index.bad_regions.size(), index.bad_regions.front().offset);
     }
-    if (options.write_index) {
-      save_index(idx, kIndexMagic, kIndexVersion, stat, serialize_index(index, options.verify_crc));
-    }
+    access.save_index(name, kIndexSuffix, kIndexMagic, kIndexVersion, stat,
+                      serialize_index(index, options.verify_crc));
     s.index = std::make_shared<const TFRecordIndex>(std::move(index));
   }
   s.records = s.index->entries.size();
@@ -374,8 +381,8 @@ TfShard plain_shard(const std::string& name, const TFRecordOptions& options) {
 }
 
 // Records of a stream-only file, counted by reading it (a bad record counts as one).
-std::uint64_t count_records(const std::string& name, bool verify) {
-  TFRecordStream stream(tfrecord_source(open_stream_source(name, 0, kWho), name), name, verify);
+std::uint64_t count_records(const ShardAccess& access, const std::string& name, bool verify) {
+  TFRecordStream stream(tfrecord_source(access.open(name, 0, kWho), name), name, verify);
   std::uint64_t n = 0;
   for (;;) {
     try {
@@ -386,10 +393,10 @@ std::uint64_t count_records(const std::string& name, bool verify) {
   }
 }
 
-std::uint64_t cached_count(const std::string& name, const TFRecordOptions& options) {
-  const ShardStat stat = stat_shard(name, kWho);
-  const std::string idx = cache_path(name, options);
-  if (auto payload = load_index(idx, kIndexMagic, kIndexVersion, stat)) {
+std::uint64_t cached_count(const ShardAccess& access, const std::string& name,
+                           const TFRecordOptions& options) {
+  const ShardStat stat = access.stat(name, kWho);
+  if (auto payload = access.load_index(name, kIndexSuffix, kIndexMagic, kIndexVersion, stat)) {
     IndexReader r(*payload);
     std::uint8_t kind = 0;
     std::uint8_t verified = 0;
@@ -399,14 +406,12 @@ std::uint64_t cached_count(const std::string& name, const TFRecordOptions& optio
       return n;
     }
   }
-  const std::uint64_t n = count_records(name, options.verify_crc);
-  if (options.write_index) {
-    IndexWriter w;
-    w.u8(kCount);
-    w.u8(options.verify_crc ? 1 : 0);
-    w.u64(n);
-    save_index(idx, kIndexMagic, kIndexVersion, stat, w.data());
-  }
+  const std::uint64_t n = count_records(access, name, options.verify_crc);
+  IndexWriter w;
+  w.u8(kCount);
+  w.u8(options.verify_crc ? 1 : 0);
+  w.u64(n);
+  access.save_index(name, kIndexSuffix, kIndexMagic, kIndexVersion, stat, w.data());
   return n;
 }
 
@@ -416,10 +421,11 @@ std::shared_ptr<const ShardFormat> make_map_format(const std::vector<std::string
     throw std::invalid_argument(
         "TFRecordDataset: no files given; pass one or more .tfrecord files");
   }
+  const ShardAccess access(RemoteSource::for_names(files, options.remote), options, files);
   std::vector<TfShard> shards;
   shards.reserve(files.size());
   for (const std::string& name : files) {
-    const StreamCodec codec = is_stream_only(name) ? StreamCodec::kGzip : file_codec(name);
+    const StreamCodec codec = is_stream_only(name) ? StreamCodec::kGzip : file_codec(access, name);
     if (codec != StreamCodec::kNone) {
       throw std::invalid_argument(fmt::format(
           "TFRecordDataset: {} is {}, which cannot be read at random; stream it with "
@@ -429,9 +435,9 @@ std::shared_ptr<const ShardFormat> make_map_format(const std::vector<std::string
           : codec == StreamCodec::kZlib ? "zlib-compressed"
                                         : "compressed"));
     }
-    shards.push_back(plain_shard(name, options));
+    shards.push_back(plain_shard(access, name, options));
   }
-  return std::make_shared<const TFRecordFormat>(std::move(shards), options);
+  return std::make_shared<const TFRecordFormat>(std::move(shards), options, access.remote());
 }
 
 }  // namespace
@@ -450,12 +456,13 @@ ShardedStream TFRecordDataset::stream(std::vector<std::string> files, StreamOpti
         "StreamOptions::sample_counts: {} counts for {} files; give one per file, or none",
         counts.size(), files.size()));
   }
+  const ShardAccess access(RemoteSource::for_names(files, options.remote), options, files);
   std::vector<TfShard> shards;
   shards.reserve(files.size());
   for (std::size_t i = 0; i < files.size(); ++i) {
     const std::string& name = files[i];
-    if (!is_stream_only(name) && file_codec(name) == StreamCodec::kNone) {
-      shards.push_back(plain_shard(name, options));
+    if (!is_stream_only(name) && file_codec(access, name) == StreamCodec::kNone) {
+      shards.push_back(plain_shard(access, name, options));
       continue;
     }
     TfShard s;
@@ -463,14 +470,15 @@ ShardedStream TFRecordDataset::stream(std::vector<std::string> files, StreamOpti
     if (!counts.empty()) {
       s.records = counts[i];
     } else if (is_pipe_shard(name)) {
-      s.records = count_records(name, options.verify_crc);  // runs the command once to count
+      s.records = count_records(access, name, options.verify_crc);  // runs the command once
     } else {
-      s.records = cached_count(name, options);
+      s.records = cached_count(access, name, options);
     }
     shards.push_back(std::move(s));
   }
-  return ShardedStream(std::make_shared<const TFRecordFormat>(std::move(shards), options), options,
-                       std::move(stream_options));
+  return ShardedStream(
+      std::make_shared<const TFRecordFormat>(std::move(shards), options, access.remote()), options,
+      std::move(stream_options));
 }
 
 namespace {

@@ -15,6 +15,9 @@
 #include <fmt/format.h>
 
 #include "datasets/records/compression.hpp"
+#include "datasets/remote/remote_source.hpp"
+#include "datasets/remote/remote_stream.hpp"
+#include "os/net/url.hpp"
 #include "os/posix.hpp"
 #include "stoker/errors.hpp"
 
@@ -289,10 +292,22 @@ bool is_compressed_shard(std::string_view name) noexcept {
 bool have_libarchive() noexcept { return STOKER_HAS_LIBARCHIVE != 0; }
 
 std::unique_ptr<StreamSource> open_stream_source(const std::string& name, std::uint64_t offset,
-                                                 std::string_view who) {
+                                                 std::string_view who,
+                                                 const RemoteSource* remote,
+                                                 std::shared_ptr<CacheHold> held) {
   const bool compressed = is_compressed_shard(name);
   std::unique_ptr<StreamSource> source;
-  if (is_pipe_shard(name)) {
+  if (net::is_remote(name)) {
+    if (held == nullptr) {
+      if (remote == nullptr) {
+        throw Error(fmt::format("{}: shard {} is a URL, but this reader was made without remote "
+                                "options; this is a bug in stoker",
+                                who, name));
+      }
+      held = remote->acquire(name, Need::kNow);
+    }
+    source = remote_stream(std::move(held), compressed ? 0 : offset, who);
+  } else if (is_pipe_shard(name)) {
     source = std::make_unique<PipeSource>(name, who);
     if (offset != 0 && source->skip(offset) != offset) {
       throw Error(fmt::format("{}: shard {} ended before byte {}", who, name, offset));

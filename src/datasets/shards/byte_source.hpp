@@ -37,10 +37,17 @@ bool is_compressed_shard(std::string_view name) noexcept;
 // gzip and pipes not).
 bool have_libarchive() noexcept;
 
+class RemoteSource;
+class CacheHold;
+
 // The shard `name` as a byte stream: a file from byte `offset` (plain files only), a pipe's
-// output, decompressed when is_compressed_shard(). `who` starts messages. Throws stoker::Error
-// naming the shard when it cannot be opened, or needs libarchive and this build has none.
+// output, a remote URL's cache entry as it arrives (through `remote`, the dataset's
+// RemoteSource, or `held`, a hold of it taken already), decompressed when
+// is_compressed_shard(). `who` starts messages. Throws stoker::Error naming the shard when it
+// cannot be opened, or needs libarchive and this build has none; RemoteError from a download.
 std::unique_ptr<StreamSource> open_stream_source(const std::string& name, std::uint64_t offset,
-                                                 std::string_view who);
+                                                 std::string_view who,
+                                                 const RemoteSource* remote = nullptr,
+                                                 std::shared_ptr<CacheHold> held = nullptr);
 
 }  // namespace stoker::detail

@@ -126,8 +126,8 @@ bool save_index(const std::string& index_file, std::string_view magic, std::uint
   }
   const bool written = posix::write_all(fd.get(), bytes.data(), bytes.size()) == 0;
   fd.reset();
-  if (!written || posix::rename_path(temporary.c_str(), index_file.c_str()) != 0) {
-    posix::unlink_path(temporary.c_str());
+  if (!written || posix::rename_file(temporary.c_str(), index_file.c_str()) != 0) {
+    posix::remove_file(temporary.c_str());
     logger().debug("cannot write shard index {}: keeping it in memory", index_file);
     return false;
   }

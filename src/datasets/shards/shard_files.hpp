@@ -9,19 +9,31 @@
 #include <cstddef>
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "datasets/shards/byte_source.hpp"
 #include "os/posix.hpp"
 
 namespace stoker::detail {
 
+class CacheHold;
+class RemoteSource;
+
+// Remote shards (URLs) are read from their cache entries: a map-style read holds the whole
+// entry while the file is open here (downloaded on first use, in parallel parts, once per
+// machine); a stream reads it as it arrives, and read_ahead() holds the next shards of the
+// stream's order so they download while this one is read.
 class ShardFiles {
  public:
-  // Throws std::invalid_argument for max_open == 0.
-  explicit ShardFiles(std::size_t max_open = 64);
+  // Throws std::invalid_argument for max_open == 0. `remote`: the dataset's source of remote
+  // shards (it must outlive this; nullptr when none is remote).
+  explicit ShardFiles(std::size_t max_open = 64, const RemoteSource* remote = nullptr);
   ShardFiles(const ShardFiles&) = delete;
   ShardFiles& operator=(const ShardFiles&) = delete;
 
@@ -34,8 +46,22 @@ class ShardFiles {
   // its index says: it changed after it was indexed; delete <index> to rebuild it").
   std::span<const std::byte> read(std::size_t shard, const std::string& path, std::uint64_t offset,
                                   std::size_t size);
-  // The descriptor of `path` (opened read-only and close-on-exec on first use).
+  // The descriptor of `path` (opened read-only and close-on-exec on first use; a URL's
+  // complete cache entry, downloaded first when missing).
   int fd(std::size_t shard, const std::string& path);
+  // Streaming: the shard as a byte stream from `offset` (open_stream_source; a remote one as it
+  // arrives, its download first among this process's).
+  std::unique_ptr<StreamSource> open_stream(std::size_t shard, const std::string& name,
+                                            std::uint64_t offset, std::string_view who);
+  // Streaming, remote shards: holds the shards `next` names (in the order they will be read)
+  // as far as RemoteOptions::read_ahead_shards / read_ahead_bytes and the cache's room allow,
+  // starting their downloads; lets go of earlier read-ahead holds not among them.
+  void read_ahead(std::span<const std::pair<std::size_t, std::string>> next);
+  // Streaming, remote shards, at the end of the stream's share: lets go of the read-ahead
+  // holds and waits (at most timeouts.low_speed_time) for this process's downloads to be
+  // published (ShardCache::settle).
+  void settle_downloads();
+  const RemoteSource* remote() const noexcept { return remote_; }
 
   std::size_t open_count() const noexcept { return open_.size(); }
   std::uint64_t read_calls() const noexcept { return read_calls_; }  // pread()s made
@@ -43,9 +69,12 @@ class ShardFiles {
  private:
   struct Open {
     posix::Fd fd;
+    std::shared_ptr<CacheHold> hold;  // a remote shard's entry (its descriptor is the hold's)
     std::list<std::size_t>::iterator lru;
   };
   std::size_t max_open_;
+  const RemoteSource* remote_ = nullptr;
+  std::vector<std::pair<std::size_t, std::shared_ptr<CacheHold>>> ahead_;  // read-ahead holds
   std::unordered_map<std::size_t, Open> open_;
   std::list<std::size_t> lru_;  // most recently used first
   std::vector<std::byte> window_;

@@ -133,9 +133,15 @@ class FieldPlan {
 // True for field names FieldDecoders::defaults() decodes as integers ("cls", "x.index").
 bool is_int_field_name(std::string_view name) noexcept;
 
+class RemoteSource;
+
 class ShardFormat {
  public:
   virtual ~ShardFormat() = default;
+
+  // The dataset's source of remote shards (URLs: datasets/remote/remote_source.hpp), given to
+  // the readers' ShardFiles; nullptr when every shard is local.
+  const RemoteSource* remote() const noexcept { return remote_.get(); }
 
   // The public class's name, first word of messages ("WebDatasetShards").
   virtual std::string_view format_name() const noexcept = 0;
@@ -170,6 +176,13 @@ class ShardFormat {
     return RecordRef{format_name(), shard_name(record.shard), record.ordinal, record.offset,
                      record.key};
   }
+
+ protected:
+  explicit ShardFormat(std::shared_ptr<RemoteSource> remote = nullptr)
+      : remote_(std::move(remote)) {}
+
+ private:
+  std::shared_ptr<RemoteSource> remote_;
 };
 
 // The shard list of a format whose shards each carry `name`, `records`, `seekable` and an
@@ -186,7 +199,9 @@ class ShardListFormat : public ShardFormat {
 
  protected:
   template <class CountBad>
-  ShardListFormat(std::vector<Shard> shards, CountBad count_bad) : shards_(std::move(shards)) {
+  ShardListFormat(std::vector<Shard> shards, CountBad count_bad,
+                  std::shared_ptr<RemoteSource> remote = nullptr)
+      : ShardFormat(std::move(remote)), shards_(std::move(shards)) {
     for (const Shard& s : shards_) {
       if (s.index) bad_ += count_bad(*s.index);
       random_access_ = random_access_ && s.seekable;

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "data/random_state.hpp"
+#include "datasets/remote/remote_source.hpp"
 #include "datasets/shards/shard_files.hpp"
 #include "datasets/shards/shard_format.hpp"
 #include "datasets/shards/stream_state.hpp"
@@ -21,13 +22,13 @@ namespace stoker {
 namespace detail {
 
 struct MapReaderState {
-  explicit MapReaderState(std::size_t max_open) : files(max_open) {}
+  MapReaderState(std::size_t max_open, const RemoteSource* remote) : files(max_open, remote) {}
   ShardFiles files;
   RawRecord record;
 };
 
 struct StreamReaderState {
-  explicit StreamReaderState(std::size_t max_open) : files(max_open) {}
+  StreamReaderState(std::size_t max_open, const RemoteSource* remote) : files(max_open, remote) {}
   ShardFiles files;
   bool started = false;
   std::uint64_t epoch = 0;
@@ -176,7 +177,8 @@ ShardedDataset::ShardedDataset(std::shared_ptr<const detail::ShardFormat> format
       plan_(std::make_shared<const detail::FieldPlan>(options)),
       first_index_(detail::first_indexes(*format_)),
       max_open_shards_(options.max_open_shards),
-      reader_(std::make_unique<detail::MapReaderState>(options.max_open_shards)) {
+      reader_(
+          std::make_unique<detail::MapReaderState>(options.max_open_shards, format_->remote())) {
   if (!format_->random_access()) {
     throw std::invalid_argument(
         fmt::format("{}: these shards cannot be read at random (compressed, or pipes); stream them",
@@ -189,7 +191,8 @@ ShardedDataset::ShardedDataset(const ShardedDataset& other)
       plan_(other.plan_),
       first_index_(other.first_index_),
       max_open_shards_(other.max_open_shards_),
-      reader_(std::make_unique<detail::MapReaderState>(other.max_open_shards_)) {}
+      reader_(std::make_unique<detail::MapReaderState>(other.max_open_shards_,
+                                                       other.format_->remote())) {}
 
 ShardedDataset& ShardedDataset::operator=(const ShardedDataset& other) {
   if (this != &other) *this = ShardedDataset(other);
@@ -204,6 +207,12 @@ std::size_t ShardedDataset::size() const noexcept {
   return static_cast<std::size_t>(first_index_->back());
 }
 std::size_t ShardedDataset::num_shards() const noexcept { return format_->num_shards(); }
+RemoteStats ShardedDataset::remote_stats() const noexcept {
+  return format_->remote() != nullptr ? format_->remote()->stats() : RemoteStats{};
+}
+std::size_t ShardedDataset::remote_download_buffer_bytes() const noexcept {
+  return format_->remote() != nullptr ? format_->remote()->download_buffer_bytes() : 0;
+}
 const std::string& ShardedDataset::shard_name(std::size_t shard) const {
   if (shard >= num_shards()) {
     throw std::out_of_range(
@@ -272,7 +281,7 @@ ShardedStream::ShardedStream(std::shared_ptr<const detail::ShardFormat> format,
       first_index_(detail::first_indexes(*format_)),
       max_open_shards_(max_open_shards),
       options_(std::move(stream_options)),
-      reader_(std::make_unique<detail::StreamReaderState>(max_open_shards)) {
+      reader_(std::make_unique<detail::StreamReaderState>(max_open_shards, format_->remote())) {
   if (options_.world_size == 0 || options_.rank >= options_.world_size) {
     throw std::invalid_argument(fmt::format(
         "StreamOptions: rank {} is not below world_size {}; ranks count from 0 (detect_launch() "
@@ -288,7 +297,8 @@ ShardedStream::ShardedStream(const ShardedStream& other)
       max_open_shards_(other.max_open_shards_),
       options_(other.options_),
       pending_state_(other.pending_state_),
-      reader_(std::make_unique<detail::StreamReaderState>(other.max_open_shards_)) {}
+      reader_(std::make_unique<detail::StreamReaderState>(other.max_open_shards_,
+                                                          other.format_->remote())) {}
 
 ShardedStream& ShardedStream::operator=(const ShardedStream& other) {
   if (this != &other) *this = ShardedStream(other);
@@ -301,6 +311,12 @@ ShardedStream::~ShardedStream() = default;
 
 std::uint64_t ShardedStream::total_samples() const noexcept { return first_index_->back(); }
 std::size_t ShardedStream::num_shards() const noexcept { return format_->num_shards(); }
+RemoteStats ShardedStream::remote_stats() const noexcept {
+  return format_->remote() != nullptr ? format_->remote()->stats() : RemoteStats{};
+}
+std::size_t ShardedStream::remote_download_buffer_bytes() const noexcept {
+  return format_->remote() != nullptr ? format_->remote()->download_buffer_bytes() : 0;
+}
 const StreamOptions& ShardedStream::options() const noexcept { return options_; }
 
 StreamSplit ShardedStream::split(int num_workers) const {
@@ -310,6 +326,27 @@ StreamSplit ShardedStream::split(int num_workers) const {
 
 namespace detail {
 namespace {
+
+// Remote shards: the shards this stream reads after the one in `slot` (in the epoch's order,
+// up to the end of its share of the epoch), to download while `slot` is read. Called by pull()
+// after it took position - 1.
+void read_ahead(const detail::ShardFormat& format, detail::StreamReaderState& st,
+                std::size_t slot) {
+  const std::uint64_t total = st.split.total;
+  const std::uint64_t end = st.split.first(st.stream) + st.split.per_stream;  // past the share
+  std::uint64_t lap = ((st.position - 1) / total) * total;  // kPad positions wrap round T
+  std::vector<std::pair<std::size_t, std::string>> next;
+  std::size_t s = slot;
+  for (std::size_t k = 1; k < st.order.size() && next.size() < 64; ++k) {
+    if (++s == st.order.size()) {
+      s = 0;
+      lap += total;
+    }
+    if (lap + st.order_first[s] >= end) break;
+    next.emplace_back(st.order[s], format.shard_name(st.order[s]));
+  }
+  st.files.read_ahead(next);
+}
 
 // One record at the stream's position (modulo T: kPad wraps round) into `out`.
 void pull(const detail::ShardFormat& format, const detail::FieldPlan& plan,
@@ -327,6 +364,7 @@ void pull(const detail::ShardFormat& format, const detail::FieldPlan& plan,
     st.cursor = format.open(shard, k, plan, st.files);
     st.cursor_slot = slot;
     st.cursor_next = k;
+    if (format.remote() != nullptr) read_ahead(format, st, slot);
   }
   if (!st.cursor->next(out)) {
     st.cursor.reset();
@@ -463,6 +501,9 @@ std::optional<Sample> ShardedStream::next() {
   detail::RawRecord record = detail::take_spare(st);
   if (!detail::draw(*format_, *plan_, capacity, st, record)) {
     st.spares.push_back(std::move(record));
+    // Remote shards: a worker may exit once its share is read; its downloads are published
+    // first, so the next epoch finds them in the cache.
+    if (format_->remote() != nullptr) st.files.settle_downloads();
     return std::nullopt;
   }
   struct Recycle {

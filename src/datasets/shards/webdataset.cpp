@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "datasets/remote/shard_access.hpp"
 #include "datasets/shards/byte_source.hpp"
 #include "datasets/shards/index_cache.hpp"
 #include "datasets/shards/shard_files.hpp"
@@ -60,10 +61,10 @@ class WebDatasetFormat;
 class TarCursor final : public RecordCursor {
  public:
   TarCursor(std::size_t shard, const WdsShard& s, std::uint64_t first, const FieldPlan& plan,
-            bool lowercase)
+            ShardFiles& files, bool lowercase)
       : shard_(shard),
         start_(s.seekable && first < s.index->records.size() ? s.index->records[first].offset : 0),
-        source_(open_stream_source(s.name, start_, kWho)),
+        source_(files.open_stream(shard, s.name, start_, kWho)),
         reader_(*source_, start_, &wants_field, &plan, lowercase),
         ordinal_(start_ != 0 ? first : 0),
         name_(s.name) {
@@ -118,8 +119,11 @@ class TarCursor final : public RecordCursor {
 
 class WebDatasetFormat final : public ShardListFormat<WdsShard> {
  public:
-  WebDatasetFormat(std::vector<WdsShard> shards, bool lowercase)
-      : ShardListFormat(std::move(shards), [](const TarIndex& ix) { return ix.damages.size(); }),
+  WebDatasetFormat(std::vector<WdsShard> shards, std::shared_ptr<RemoteSource> remote,
+                   bool lowercase)
+      : ShardListFormat(
+            std::move(shards), [](const TarIndex& ix) { return ix.damages.size(); },
+            std::move(remote)),
         lowercase_(lowercase) {}
 
   std::string_view format_name() const noexcept override { return kWho; }
@@ -157,38 +161,39 @@ class WebDatasetFormat final : public ShardListFormat<WdsShard> {
   }
 
   std::unique_ptr<RecordCursor> open(std::size_t shard, std::uint64_t first, const FieldPlan& plan,
-                                     ShardFiles&) const override {
-    return std::make_unique<TarCursor>(shard, shards_[shard], first, plan, lowercase_);
+                                     ShardFiles& files) const override {
+    return std::make_unique<TarCursor>(shard, shards_[shard], first, plan, files, lowercase_);
   }
 
  private:
   bool lowercase_;
 };
 
-std::shared_ptr<const TarIndex> index_stream(const std::string& name, bool lowercase) {
-  auto source = open_stream_source(name, 0, kWho);
+std::shared_ptr<const TarIndex> index_stream(const ShardAccess& access, const std::string& name,
+                                             bool lowercase) {
+  auto source = access.open(name, 0, kWho);
   std::uint64_t bytes = 0;
   auto index = std::make_shared<const TarIndex>(build_tar_index(*source, lowercase, &bytes));
   if (bytes == 0) throw ShardError(empty_message(name, is_compressed_shard(name)), name);
   return index;
 }
 
-// The cached index of a file shard, or a new one (saved when it can be).
-std::shared_ptr<const TarIndex> load_or_build(const std::string& name,
+// The cached index of a file shard (a remote one's: in the cache, or beside it on the server),
+// or a new one (saved when it can be).
+std::shared_ptr<const TarIndex> load_or_build(const ShardAccess& access, const std::string& name,
                                               const WebDatasetOptions& options, bool plain) {
-  const ShardStat stat = stat_shard(name, kWho);
+  const ShardStat stat = access.stat(name, kWho);
   if (stat.size == 0 && stat.regular) throw ShardError(empty_message(name, false), name);
-  const std::string idx = index_path(name, options.index_dir);
   const std::uint64_t bound = plain ? stat.size : std::numeric_limits<std::uint64_t>::max();
-  if (auto payload = load_index(idx, kTarIndexMagic, kTarIndexVersion, stat)) {
+  if (auto payload = access.load_index(name, "", kTarIndexMagic, kTarIndexVersion, stat)) {
     auto index = parse_tar_index(*payload, bound);
     if (index && index->fits(options.lowercase_fields)) {
       return std::make_shared<const TarIndex>(std::move(*index));
     }
-    logger().debug("shard index {} is malformed or was built with other field names: rebuilding it",
-                   idx);
+    logger().debug(
+        "shard index of {} is malformed or was built with other field names: rebuilding it", name);
   }
-  std::shared_ptr<const TarIndex> index = index_stream(name, options.lowercase_fields);
+  std::shared_ptr<const TarIndex> index = index_stream(access, name, options.lowercase_fields);
   if (plain && !index->records.empty() && index->records.size() == index->damages.size() &&
       index->records.front().offset == 0 &&
       index->damages.front().problem != TarProblem::kTruncated) {
@@ -200,16 +205,18 @@ std::shared_ptr<const TarIndex> load_or_build(const std::string& name,
         name);
   }
   if (options.write_index) {
-    save_index(idx, kTarIndexMagic, kTarIndexVersion, stat, serialize_tar_index(*index));
+    access.save_index(name, "", kTarIndexMagic, kTarIndexVersion, stat,
+                      serialize_tar_index(*index));
   }
   return index;
 }
 
-WdsShard plain_shard(const std::string& name, const WebDatasetOptions& options) {
+WdsShard plain_shard(const ShardAccess& access, const std::string& name,
+                     const WebDatasetOptions& options) {
   WdsShard s;
   s.name = name;
   s.seekable = true;
-  s.index = load_or_build(name, options, true);
+  s.index = load_or_build(access, name, options, true);
   s.records = s.index->records.size();
   return s;
 }
@@ -219,6 +226,7 @@ std::shared_ptr<const ShardFormat> make_map_format(const std::vector<std::string
   if (shards.empty()) {
     throw std::invalid_argument("WebDatasetShards: no shards given; pass one or more .tar files");
   }
+  const ShardAccess access(RemoteSource::for_names(shards, options.remote), options, shards);
   std::vector<WdsShard> out;
   out.reserve(shards.size());
   for (const std::string& name : shards) {
@@ -228,9 +236,10 @@ std::shared_ptr<const ShardFormat> make_map_format(const std::vector<std::string
           "WebDatasetShards::stream(), or decompress it to a .tar file",
           name, is_pipe_shard(name) ? "a pipe" : "compressed"));
     }
-    out.push_back(plain_shard(name, options));
+    out.push_back(plain_shard(access, name, options));
   }
-  return std::make_shared<const WebDatasetFormat>(std::move(out), options.lowercase_fields);
+  return std::make_shared<const WebDatasetFormat>(std::move(out), access.remote(),
+                                                  options.lowercase_fields);
 }
 
 }  // namespace
@@ -251,12 +260,13 @@ ShardedStream WebDatasetShards::stream(std::vector<std::string> shards,
         "StreamOptions::sample_counts: {} counts for {} shards; give one per shard, or none",
         counts.size(), shards.size()));
   }
+  const ShardAccess access(RemoteSource::for_names(shards, options.remote), options, shards);
   std::vector<WdsShard> out;
   out.reserve(shards.size());
   for (std::size_t i = 0; i < shards.size(); ++i) {
     const std::string& name = shards[i];
     if (!is_pipe_shard(name) && !is_compressed_shard(name)) {
-      out.push_back(plain_shard(name, options));
+      out.push_back(plain_shard(access, name, options));
       continue;
     }
     WdsShard s;
@@ -265,16 +275,16 @@ ShardedStream WebDatasetShards::stream(std::vector<std::string> shards,
       s.records = counts[i];
     } else if (is_pipe_shard(name)) {
       // Runs the command once to count.
-      s.records = index_stream(name, options.lowercase_fields)->records.size();
+      s.records = index_stream(access, name, options.lowercase_fields)->records.size();
     } else {
-      s.index = load_or_build(name, options, false);
+      s.index = load_or_build(access, name, options, false);
       s.records = s.index->records.size();
     }
     out.push_back(std::move(s));
   }
-  return ShardedStream(
-      std::make_shared<const WebDatasetFormat>(std::move(out), options.lowercase_fields), options,
-      std::move(stream_options));
+  return ShardedStream(std::make_shared<const WebDatasetFormat>(std::move(out), access.remote(),
+                                                                options.lowercase_fields),
+                       options, std::move(stream_options));
 }
 
 }  // namespace stoker

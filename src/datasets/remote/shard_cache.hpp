@@ -1,0 +1,223 @@
+// ShardCache: the node-wide cache of remote shards, and CacheHold, a reader's claim on one
+// entry. A remote source is a cache in front of a local reader: a shard is downloaded once per
+// machine into RemoteOptions::cache_dir, as parallel ranged parts, and read from there by the
+// readers that read local files.
+//
+// On disk, for the entry <e> of a URL (cache_dir/<scheme>/<bucket or host>/<key, '/' as %2F>):
+//   <e>                the complete shard, only ever made by rename() of a verified download
+//   <e>.stoker-meta    written just before that rename: the cache made <e> (only entries with
+//                      it are ever evicted; the cache deletes no file it did not download)
+//   <e>.stoker-part    a download in progress (never read as a complete shard)
+//   <e>.stoker-lock    flock(LOCK_EX) by the one process downloading <e>, and an EntryHeader
+//                      (mapped by every process reading <e>): size, bytes done, state
+//   .stoker-cache.lock flock(LOCK_EX) while room is made (usage summed, entries evicted)
+//
+// Rules, each kept where it is named:
+//   INV-CACHE-1 one downloader per entry per machine: the holder of <e>.stoker-lock's LOCK_EX,
+//     taken on the inode the path names (checked after locking, since evictions unlink it).
+//   INV-CACHE-2 a reader holds an entry by flock(LOCK_SH) on its own descriptor of the
+//     entry's inode (taken on the .part file while downloading: rename keeps the inode), and
+//     an entry is evicted only by one who gets flock(LOCK_EX | LOCK_NB) on it. Locks die with
+//     their process, so a killed reader holds nothing.
+//   INV-CACHE-3 EntryHeader::contiguous only grows within a generation, and only after the
+//     bytes below it were written (pwrite, then a release store): a reader reads [0, contiguous)
+//     of the generation's .part; a new downloader makes a new generation and a new .part.
+//   INV-CACHE-4 room is reserved before a download starts: complete entries plus the sizes of
+//     downloads in progress stay <= cache_limit (while the global lock is held).
+//
+// Threads: acquire() from any thread; a download's parts run on the HttpClient's thread; a
+// CacheHold belongs to one thread at a time.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "os/net/object_store.hpp"
+#include "os/posix.hpp"
+#include "stoker/remote.hpp"
+
+namespace stoker::detail {
+
+// RemoteStats's counters, in memory every process of a dataset shares (made before fork()).
+struct RemoteCounters {
+  net::TransferCounters transfers;  // body bytes, requests, retries
+  std::atomic<std::uint64_t> cache_hits{0};
+  std::atomic<std::uint64_t> cache_misses{0};
+  std::atomic<std::uint64_t> evictions{0};
+  std::atomic<std::uint64_t> wait_ns{0};
+  std::atomic<std::uint64_t> download_ns{0};
+
+  RemoteStats snapshot() const noexcept;
+};
+
+// The head of <e>.stoker-lock, mapped shared by the downloader and every reader of <e>.
+struct EntryHeader {
+  static constexpr std::uint64_t kMagic = 0x4b434f4c4b4f5453ull;  // "STOKLOCK"
+  static constexpr std::uint32_t kVersion = 1;
+  enum State : std::uint32_t { kIdle = 0, kDownloading = 1, kComplete = 2, kFailed = 3 };
+
+  std::uint64_t magic;  // written by each downloader before anything else is read
+  std::uint32_t version;
+  std::int32_t owner_pid;  // the downloader (messages only)
+  // Written by the downloader, read by readers (acquire loads):
+  std::atomic<std::uint64_t> size;        // the shard's bytes
+  std::atomic<std::uint64_t> contiguous;  // INV-CACHE-3
+  std::atomic<std::uint64_t> generation;  // one per download attempt (a new .part)
+  std::atomic<std::uint32_t> state;
+  std::atomic<std::uint32_t> seq;      // futex word, bumped on every change above
+  std::atomic<std::uint32_t> waiters;  // readers asleep on seq (the downloader wakes them)
+  std::uint32_t reserved;
+};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
+              std::atomic<std::uint32_t>::is_always_lock_free);
+static_assert(sizeof(EntryHeader) == 56 && alignof(EntryHeader) == 8);
+
+// A remote shard as its dataset knows it.
+struct RemoteFile {
+  std::string url;
+  std::optional<std::uint64_t> size;  // from a listing or an index; empty: HEAD first
+  std::string etag;
+  // Checks a complete download (MDS: the index's hash) and throws stoker::Error naming what was
+  // wrong; `token` names the check, so an entry checked once is not checked again.
+  std::function<void(int fd, std::uint64_t size)> verify;
+  std::string verify_token;
+};
+
+enum class Need : std::uint8_t {
+  kNow,    // the shard a reader reads next: waits (up to timeouts.cache_room) for room
+  kAhead,  // read-ahead: skipped (nullptr) when the cache has no room now
+};
+
+class ShardCache;
+struct Download;
+
+// A reader's claim on one entry (INV-CACHE-2): its descriptor, and the download's progress
+// while it arrives.
+class CacheHold {
+ public:
+  ~CacheHold();
+  CacheHold(const CacheHold&) = delete;
+  CacheHold& operator=(const CacheHold&) = delete;
+
+  const std::string& url() const noexcept { return file_.url; }
+  std::uint64_t size() const noexcept { return size_; }
+  // Read-only, holding LOCK_SH; the same inode before and after the download completes, except
+  // after a takeover (wait_for() may change it: read through fd() after each wait).
+  int fd() const noexcept { return fd_.get(); }
+  // The complete entry's path.
+  const std::string& path() const noexcept { return path_; }
+  bool complete() const noexcept;
+  // Bytes [0, n) that can be read now.
+  std::uint64_t available() const noexcept;
+  // Blocks until bytes [0, end) can be read (end is clamped to size()); for end = size(), until
+  // the entry is complete (verified and renamed: path() then names it). When the download
+  // fails, throws its RemoteError (or stoker::Error for a full disk, a failed check); when its
+  // downloader died, this reader downloads the rest itself.
+  void wait_for(std::uint64_t end);
+
+ private:
+  friend class ShardCache;
+  CacheHold() = default;
+
+  std::shared_ptr<ShardCache> cache_;
+  RemoteFile file_;
+  RemoteCounters* counters_ = nullptr;
+  std::string path_;
+  std::uint64_t size_ = 0;
+  posix::Fd fd_;
+  bool complete_ = false;
+  // While the entry downloads: the lock file (its header mapped) and, when this process
+  // downloads it, the download (for its error).
+  posix::Fd lock_fd_;
+  EntryHeader* header_ = nullptr;
+  std::uint64_t generation_ = 0;
+  std::shared_ptr<Download> download_;
+};
+
+class ShardCache : public std::enable_shared_from_this<ShardCache> {
+ public:
+  // This process's cache of `options.cache_dir` (or the default directory), with its own
+  // object store for `options`; a fork()ed child gets its own on first use. Throws
+  // std::invalid_argument for bad options, stoker::Error when the directory cannot be made.
+  static std::shared_ptr<ShardCache> process(const RemoteOptions& options);
+  // The directory RemoteOptions name (their cache_dir, or the default one).
+  static std::string resolve_dir(const RemoteOptions& options);
+
+  // Holds `file`'s entry: complete already (a hit), or being downloaded (by this process,
+  // which starts it, or by another one, which this one follows). Does not wait for bytes.
+  // kAhead returns nullptr when there is no room now. `counters` (may be null) gets the hit or
+  // miss, the bytes and the waits. `release_others` is called once when a kNow acquire has to
+  // wait for room, so the caller can let go of entries it holds but does not need now.
+  // Throws RemoteError (the HEAD for an unknown size), stoker::Error (the directory, a cache
+  // too small: "cache_limit ... holds ...", an entry the cache did not make).
+  std::shared_ptr<CacheHold> acquire(const RemoteFile& file, Need need, RemoteCounters* counters,
+                                     const std::function<void()>& release_others = {});
+
+  const std::string& dir() const noexcept { return dir_; }
+  const RemoteOptions& options() const noexcept { return options_; }
+  net::ObjectStore& store() noexcept { return *store_; }
+  // The entry path of a URL (the file a complete shard is kept in).
+  std::string entry_path(const std::string& url) const;
+  // Complete entries the cache made, and their bytes (a scan of the directory).
+  std::pair<std::size_t, std::uint64_t> usage() const;
+  // Waits until the downloads this process runs have ended (complete or failed), at most
+  // `limit`; true when none is left. A stream reader calls it when its share of the epoch is
+  // read: its readers may have read every byte of a download before the last part's transfer
+  // ended, and a worker that exits then would leave the download unpublished (its .part is
+  // removed and the shard downloaded again by the next reader).
+  bool settle(std::chrono::milliseconds limit);
+
+  ShardCache(RemoteOptions options, std::string dir);
+  ~ShardCache();
+
+ private:
+  friend class CacheHold;
+  friend struct Download;
+  struct Entry;
+  struct Scan;
+
+  std::shared_ptr<CacheHold> try_complete(const RemoteFile& file, const std::string& path,
+                                          RemoteCounters* counters);
+  std::shared_ptr<CacheHold> start_download(const RemoteFile& file, const std::string& path,
+                                            posix::Fd lock_fd, EntryHeader* header, Need need,
+                                            RemoteCounters* counters,
+                                            const std::function<void()>& release_others);
+  std::shared_ptr<CacheHold> follow(const RemoteFile& file, const std::string& path,
+                                    posix::Fd lock_fd, EntryHeader* header,
+                                    RemoteCounters* counters);
+  // INV-CACHE-4: makes room for `bytes` (evicting unheld entries) and records them in
+  // `header` before the global lock is let go. False when kAhead finds no room.
+  bool reserve(std::uint64_t bytes, EntryHeader* header, const std::string& path, Need need,
+               RemoteCounters* counters, const std::function<void()>& release_others);
+  // `own_lock`: the caller's own download, not counted.
+  Scan scan(bool clean_stale, const std::string& own_lock) const;
+  // Starts parts while this process has fewer than parts_in_flight running.
+  void pump();
+  void part_done(const std::shared_ptr<Download>& d, std::size_t part, std::exception_ptr error);
+  void finish(const std::shared_ptr<Download>& d);
+  void fail(const std::shared_ptr<Download>& d, std::exception_ptr error);
+
+  RemoteOptions options_;
+  std::string dir_;
+  std::shared_ptr<net::ObjectStore> store_;
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<Download>> downloads_;  // this process's, in priority order
+  std::size_t parts_running_ = 0;
+};
+
+// Maps the EntryHeader of an open lock file (made 4 KiB long); nullptr and errno on failure.
+// The mapping keeps the descriptor's open file description, so a flock taken through `lock_fd`
+// lives as long as the mapping: map through a descriptor that holds no lock
+// (map_entry_header_at opens one of its own).
+EntryHeader* map_entry_header(int lock_fd) noexcept;
+EntryHeader* map_entry_header_at(const std::string& lock_path) noexcept;
+void unmap_entry_header(EntryHeader* header) noexcept;
+
+}  // namespace stoker::detail
