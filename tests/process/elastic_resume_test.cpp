@@ -52,7 +52,8 @@ RankRun run_rank(std::size_t world, std::size_t rank, int workers, const std::st
   DataLoader loader(test::IndexDataset{250, {}}, options_for(world, rank, workers));
   if (!resume.empty()) loader.load_state(resume);
   RankRun run;
-  for (int e = 0; e < epochs; ++e) {
+  // Up to the end of epoch `epochs` - 1, wherever a resumed state starts.
+  while (loader.epoch() < static_cast<std::uint64_t>(epochs)) {
     for (const Batch& batch : loader) {
       run.batches.push_back(test::batch_indices(batch));
       if (run.batches.size() == stop_after) {
