@@ -39,8 +39,8 @@ import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 memcpy = next(r["mb_per_s"] for r in rows if r["impl"] == "memcpy")
 print(f"Single-thread memcpy of a 9.6 MB batch: {memcpy:,.0f} MB/s (`stoker-bench --memcpy`)\n")
-print("| workload | workers | variant | samples/s | MB/s | first batch (ms, median) | cold first batch (ms) | CPU µs/sample | peak tree PSS (MB) | checksum |")
-print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+print("| workload | workers | variant | samples/s | MB/s | first batch (ms, median) | cold first batch (ms) | CPU µs/sample | peak tree memory (MB) | ring (MB) | checksum |")
+print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 for r in rows:
     if r["impl"] != "stoker":
         continue
@@ -50,5 +50,6 @@ for r in rows:
         mb += f' ({100 * r["mb_per_s"] / memcpy:.0f}% of memcpy)'
     print(f'| {r["workload"]} | {r["workers"]} | {r["variant"]} | {r["samples_per_s"]:,.0f} | {mb} | '
           f'{fb:.2f} | {r["first_batch_cold_ms"]:.1f} | {r["cpu_us_per_sample"]:.2f} | '
-          f'{r["peak_pss_mb"]:.0f} | {"ok" if r["checksum_ok"] else "WRONG"} |')
+          f'{r["peak_tree_mb"]:.1f} | {r["ring_resident_mb"]:.1f} | '
+          f'{"ok" if r["checksum_ok"] else "WRONG"} |')
 PY

@@ -1,11 +1,12 @@
 // memory_estimate: the loader's memory estimate against the measured peak, run after run. Each
 // run is a fresh process (forked from this one, which stays out of the measurement): it builds
 // a loader, takes loader.memory_estimate() just before its first epoch, runs the epochs with a
-// consumer that holds each batch for 1 ms, and exits. Meanwhile this process samples the PSS of
-// the run's whole process tree (main process, workers, the size probe) about every 0.5 ms:
-// shared pages (the ring, pages still shared copy-on-write) are split between the processes
-// that map them, so the sum counts each page once. The peak of that sum is compared with the
-// estimate's total. Workloads:
+// consumer that holds each batch for 1 ms, and exits. Meanwhile this process reads the run's
+// whole process tree (main process, workers, the size probe) about every 0.5 ms with the
+// library's tree memory reader (os/proc.hpp, kProportional): each process's Pss_Anon (pages
+// still shared copy-on-write are split between the processes that map them, so the sum counts
+// each once) plus each shared-memory object (the ring's memfd) once, by its allocated blocks.
+// The peak of that sum is compared with the estimate's total. Workloads:
 //
 //   image   uint8[3,224,224] + int64 label, batch 64 (stoker-bench's synthetic image)
 //   tiny    float32[64] + int64 label, batch 256 (stoker-bench's tiny), 40 batches an epoch
@@ -30,7 +31,6 @@
 // --detail adds, per configuration, the worst run's breakdown at its peak beside the
 // estimate's parts.
 #include <poll.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -77,16 +77,12 @@ struct Config {
   bool after_first_batch = false;
 };
 
-// What a run's process sends before its first epoch.
-
-// One process of the tree, as smaps_rollup says.
+// The run's own process, as its smaps_rollup says.
 struct Usage {
   std::uint64_t pss = 0;
   std::uint64_t anon = 0;
   std::uint64_t file = 0;
   std::uint64_t shmem = 0;
-  std::uint64_t private_dirty = 0;
-  std::uint64_t anonymous = 0;  // its anonymous pages, whole (PSS halves those a worker shares)
 };
 
 // What a run's process sends before its first epoch, and again after its last.
@@ -97,71 +93,16 @@ struct Reported {
   std::uint64_t samples = 0;         // delivered (in the second record)
 };
 
-Usage usage_of(pid_t pid) {
+Usage own_usage() {
   Usage u;
-  std::string text;
-  if (!stoker::detail::posix::read_file(fmt::format("/proc/{}/smaps_rollup", pid).c_str(), text)) {
-    return u;
+  if (const std::optional<stoker::detail::ProcessMemory> m =
+          stoker::detail::read_process_memory(0)) {
+    u.pss = m->pss_bytes;
+    u.anon = m->anonymous_pss_bytes.value_or(0);
+    u.file = m->file_pss_bytes.value_or(0);
+    u.shmem = m->unreclaimable_pss_bytes - std::min(u.anon, m->unreclaimable_pss_bytes);
   }
-  using stoker::detail::parse_kb_field;
-  u.pss = parse_kb_field(text, "Pss").value_or(0);
-  u.anon = parse_kb_field(text, "Pss_Anon").value_or(0);
-  u.file = parse_kb_field(text, "Pss_File").value_or(0);
-  u.shmem = parse_kb_field(text, "Pss_Shmem").value_or(0);
-  u.anonymous = parse_kb_field(text, "Anonymous").value_or(0);
-  u.private_dirty = parse_kb_field(text, "Private_Dirty").value_or(0);
   return u;
-}
-
-// The tree's sum, and the main process's part of it, at one moment.
-struct TreeSample {
-  std::uint64_t total = 0;      // anonymous + shared memory: what the estimate bounds
-  std::uint64_t total_pss = 0;  // with the file-backed pages (code, libraries) too
-  std::uint64_t ring = 0;       // the ring's memfd, part of total
-  Usage main;
-  Usage others;  // workers and probe, summed
-  std::size_t processes = 0;
-};
-
-// The bytes of the run's ring (its memfd's allocated blocks, whoever maps them), found
-// through the main process's mapping of it; 0 before it exists.
-std::uint64_t ring_bytes(pid_t root) {
-  std::ifstream maps(fmt::format("/proc/{}/maps", root));
-  for (std::string line; std::getline(maps, line);) {
-    if (line.find("memfd:stoker-ring") == std::string::npos) continue;
-    struct stat st;
-    const std::string range = line.substr(0, line.find(' '));
-    if (::stat(fmt::format("/proc/{}/map_files/{}", root, range).c_str(), &st) == 0) {
-      return static_cast<std::uint64_t>(st.st_blocks) * 512;
-    }
-  }
-  return 0;
-}
-
-// One pass over the tree, the main process first. A page shared by two processes counts half in
-// each, so a fork or an exit between two reads could count a page one and a half times: a pass
-// during which the tree changed is discarded (valid = false). The ring is counted once, from
-// its memfd, not from the processes' shares of it.
-TreeSample sample_tree(pid_t root, bool& valid) {
-  TreeSample s;
-  const std::vector<pid_t> before = stoker::detail::process_tree(root);
-  for (const pid_t pid : before) {
-    const Usage u = usage_of(pid);
-    if (u.pss == 0) continue;  // gone meanwhile
-    s.total += u.anon;
-    s.total_pss += u.pss;
-    ++s.processes;
-    Usage& part = pid == root ? s.main : s.others;
-    part.pss += u.pss;
-    part.anon += u.anon;
-    part.file += u.file;
-    part.shmem += u.shmem;
-    part.private_dirty += u.private_dirty;
-  }
-  s.ring = ring_bytes(root);
-  s.total += s.ring;
-  valid = stoker::detail::process_tree(root) == before;
-  return s;
 }
 
 template <class D>
@@ -176,10 +117,10 @@ void run_loader(D dataset, std::size_t batch_size, const Config& c, int out) {
   // With num_workers = 0 the loader's own check runs before the first epoch either way (the
   // probe measures in-process loading), so the estimate is taken there.
   const bool after_first_batch = c.after_first_batch && c.workers > 0;
-  const Usage before_begin = usage_of(::getpid());
+  const Usage before_begin = own_usage();
   if (!after_first_batch) {
     r.estimate = loader.memory_estimate();
-    r.main_at_estimate = usage_of(::getpid());
+    r.main_at_estimate = own_usage();
     r.estimate_total = r.estimate.total_bytes;
     if (stoker::detail::posix::write_all(out, &r, sizeof r) != 0) ::_exit(1);
   }
@@ -220,8 +161,8 @@ void run_loader(D dataset, std::size_t batch_size, const Config& c, int out) {
 struct RunResult {
   bool ok = false;
   Reported reported;
-  TreeSample peak;             // at the peak of anonymous + shared memory
-  std::uint64_t peak_pss = 0;  // the peak of the whole PSS, file-backed pages included
+  stoker::detail::TreeMemory peak;  // at the peak of anonymous + shared memory
+  std::uint64_t peak_pss = 0;       // the peak with the file-backed pages' PSS included
 };
 
 RunResult measure(const Config& c) {
@@ -263,11 +204,15 @@ RunResult measure(const Config& c) {
     return result;
   }
   std::size_t records = 0;
+  // A pass during which a process was forked or reaped could count a page shared by two
+  // processes one and a half times: the reader reads such a pass again (nullopt when the tree
+  // kept changing).
+  stoker::detail::TreeMemoryReader reader(stoker::detail::AnonymousCount::kProportional);
   for (;;) {
-    bool valid = false;
-    const TreeSample now = sample_tree(pid, valid);
-    if (valid && now.total > result.peak.total) result.peak = now;
-    if (valid) result.peak_pss = std::max(result.peak_pss, now.total_pss);
+    if (const std::optional<stoker::detail::TreeMemory> now = reader.read(pid)) {
+      if (now->total_bytes() > result.peak.total_bytes()) result.peak = *now;
+      result.peak_pss = std::max(result.peak_pss, now->total_bytes() + now->file_pss_bytes);
+    }
     pollfd p{in, POLLIN, 0};
     if (::poll(&p, 1, 0) > 0) {
       Reported r;
@@ -426,10 +371,10 @@ int main(int argc, char** argv) {
           continue;
         }
         const stoker::MemoryEstimate& e = r.reported.estimate;
-        const double ratio =
-            static_cast<double>(r.peak.total) / static_cast<double>(r.reported.estimate_total);
+        const double ratio = static_cast<double>(r.peak.total_bytes()) /
+                             static_cast<double>(r.reported.estimate_total);
         ratios.push_back(ratio);
-        peaks.push_back(r.peak.total);
+        peaks.push_back(r.peak.total_bytes());
         estimates.push_back(r.reported.estimate_total);
         if (ratio > worst_ratio) {
           worst_ratio = ratio;
@@ -445,7 +390,7 @@ int main(int argc, char** argv) {
             "\"samples\": {}}}",
             workload, workers, c.persistent, c.prefetch, run, e.batch_size, e.bytes_per_sample,
             r.reported.estimate_total, e.loader_bytes, e.main_bytes, e.worker_base_bytes,
-            e.worker_startup_bytes, e.plan_bytes, r.peak.total, r.peak_pss, ratio,
+            e.worker_startup_bytes, e.plan_bytes, r.peak.total_bytes(), r.peak_pss, ratio,
             r.reported.samples));
       }
       if (ratios.empty()) continue;
@@ -462,27 +407,25 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       if (detail) {
         const stoker::MemoryEstimate& e = worst.reported.estimate;
-        const TreeSample& p = worst.peak;
+        const stoker::detail::TreeMemory& p = worst.peak;
         const Usage& m0 = worst.reported.main_at_estimate;
         details.push_back(fmt::format(
             "{} {} workers: main at the estimate {:.2f} MiB (anon {:.2f}, file {:.2f}); at the "
-            "peak the tree adds anon {:+.2f}, file {:+.2f}, ring {:+.2f}",
+            "peak the tree adds anon {:+.2f}, shared memory {:+.2f} (ring {:.2f})",
             workload, workers, mib(m0.pss), mib(m0.anon), mib(m0.file),
-            mib(worst.peak.main.anon + worst.peak.others.anon) - mib(m0.anon),
-            mib(worst.peak.main.file + worst.peak.others.file) - mib(m0.file),
-            mib(worst.peak.ring) - mib(m0.shmem)));
+            mib(p.anonymous_bytes) - mib(m0.anon), mib(p.shared_bytes) - mib(m0.shmem),
+            mib(p.ring_bytes)));
         details.push_back(fmt::format(
-            "{} {} workers, worst run at its peak ({} processes): tree {:.2f} MiB = main "
-            "{:.2f} (anon {:.2f}, file {:.2f}, shmem {:.2f}, private dirty {:.2f}) + others "
-            "{:.2f} (anon {:.2f}, file {:.2f}, shmem {:.2f}, private dirty {:.2f}); estimate "
-            "{:.2f} = main {:.2f} + ring {:.2f} + workers {} x {:.2f} (base {:.2f}) + "
-            "in-process {:.2f} + plans {:.2f} + pinned and cache {:.2f}",
-            workload, workers, p.processes, mib(p.total), mib(p.main.pss), mib(p.main.anon),
-            mib(p.main.file), mib(p.main.shmem), mib(p.main.private_dirty), mib(p.others.pss),
-            mib(p.others.anon), mib(p.others.file), mib(p.others.shmem),
-            mib(p.others.private_dirty), mib(e.total_bytes), mib(e.main_bytes), mib(e.ring_bytes),
-            e.num_workers, mib(e.worker_private_bytes), mib(e.worker_base_bytes),
-            mib(e.inline_bytes), mib(e.plan_bytes), mib(e.pinned_bytes + e.cache_bytes)));
+            "{} {} workers, worst run at its peak ({} processes): tree {:.2f} MiB = anon {:.2f} "
+            "(main {:.2f}, others {:.2f}) + shared memory {:.2f} ({} objects; file-backed PSS "
+            "{:.2f} left out); estimate {:.2f} = main {:.2f} + ring {:.2f} + workers {} x {:.2f} "
+            "(base {:.2f}) + in-process {:.2f} + plans {:.2f} + pinned and cache {:.2f}",
+            workload, workers, p.processes, mib(p.total_bytes()), mib(p.anonymous_bytes),
+            mib(p.root_anonymous_bytes), mib(p.anonymous_bytes - p.root_anonymous_bytes),
+            mib(p.shared_bytes), p.shared_objects, mib(p.file_pss_bytes), mib(e.total_bytes),
+            mib(e.main_bytes), mib(e.ring_bytes), e.num_workers, mib(e.worker_private_bytes),
+            mib(e.worker_base_bytes), mib(e.inline_bytes), mib(e.plan_bytes),
+            mib(e.pinned_bytes + e.cache_bytes)));
       }
     }
   }

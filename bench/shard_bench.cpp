@@ -277,12 +277,12 @@ int main(int argc, char** argv) {
 
     if (tiny > 0) {
       std::system(("mkdir -p " + scratch).c_str());
-      stoker::ShardWriterOptions wo;
+      stoker::WebDatasetWriterOptions wo;
       wo.pattern = scratch + "/tiny-%04d.tar";
       wo.max_shard_bytes = 64 << 20;
       std::vector<std::string> tiny_shards;
       {
-        stoker::ShardWriter writer(wo);
+        stoker::WebDatasetWriter writer(wo);
         std::vector<std::byte> record(100);
         for (std::size_t i = 0; i < tiny; ++i) {
           for (std::size_t k = 0; k < record.size(); ++k) {
@@ -293,7 +293,7 @@ int main(int argc, char** argv) {
           std::snprintf(key, sizeof key, "%09zu", i);
           writer.write(key, fields);
         }
-        tiny_shards = writer.finish();
+        tiny_shards = writer.close();
       }
       stoker::ShardOptions bin;
       bin.fields = {stoker::FieldSpec{"bin", "data", {}}};

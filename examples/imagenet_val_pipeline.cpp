@@ -6,14 +6,14 @@
 // on bytes, as the last lines show.
 //
 //   imagenet_val_pipeline [--images N] [--workers N] [--uint8]
-#include <turbojpeg.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include <stoker/stoker.hpp>
+
+#include "jpeg_in_memory.hpp"
 
 namespace {
 
@@ -40,16 +40,7 @@ std::vector<std::uint8_t> jpeg_bytes(int i, int w, int h) {
       p[2] = static_cast<std::uint8_t>(20 * i);
     }
   }
-  tjhandle tj = tjInitCompress();
-  unsigned char* out = nullptr;
-  unsigned long size = 0;
-  std::vector<std::uint8_t> bytes;
-  if (tjCompress2(tj, rgb.data(), w, 0, h, TJPF_RGB, &out, &size, TJSAMP_420, 90, 0) == 0) {
-    bytes.assign(out, out + size);
-  }
-  tjFree(out);
-  tjDestroy(tj);
-  return bytes;
+  return example::encode_jpeg(rgb, w, h);
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
                                            write_shard(dir, 1, 130000)};
   int status = 1;
   try {
-    stoker::TokenDataset::Options topt;
+    stoker::TokenOptions topt;
     topt.context = 64;  // T; stride defaults to T (no overlap), dtype to int64
     const stoker::TokenDataset dataset(shards, topt);
     for (const stoker::TokenDataset::Shard& s : dataset.shards()) {

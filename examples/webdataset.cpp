@@ -1,4 +1,4 @@
-// WebDataset tar shards, map-style: write a few shards with ShardWriter (what stoker-shard
+// WebDataset tar shards, map-style: write a few shards with WebDatasetWriter (what stoker-shard
 // does for an image folder), then read them back through their index with any sampler: here
 // a shuffled DataLoader with 2 workers. Each sample is the shard members sharing a key
 // ("000000017.bin", "000000017.cls"); fields are decoded by name: "cls" to an int64 scalar,
@@ -28,10 +28,10 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(dir);
   try {
     // 1000 samples of 8 bytes and a label, in shards of at most 256 KiB, each with its index.
-    stoker::ShardWriterOptions wo;
+    stoker::WebDatasetWriterOptions wo;
     wo.pattern = dir + "/train-%04d.tar";
     wo.max_shard_bytes = 256 * 1024;
-    stoker::ShardWriter writer(wo);
+    stoker::WebDatasetWriter writer(wo);
     for (int i = 0; i < 1000; ++i) {
       stoker::Sample s;
       s.set("bin",
@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
       s.set("cls", stoker::Tensor::scalar<std::int64_t>(i % 10));
       writer.write(std::to_string(100000 + i), s);
     }
-    const std::vector<std::string> shards = writer.finish();
+    const std::vector<std::string> shards = writer.close();
 
     stoker::ShardOptions so;
     so.fields = {{"bin", "data", {}}, {"cls", "label", {}}};

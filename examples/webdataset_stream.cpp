@@ -49,16 +49,16 @@ int main(int argc, char** argv) {
   }
   std::filesystem::create_directories(dir);
   try {
-    stoker::ShardWriterOptions wo;
+    stoker::WebDatasetWriterOptions wo;
     wo.pattern = dir + "/part-%03d.tar";
     wo.max_samples_per_shard = 150;
-    stoker::ShardWriter writer(wo);
+    stoker::WebDatasetWriter writer(wo);
     for (int i = 0; i < 1000; ++i) {
       stoker::Sample s;
       s.set("cls", stoker::Tensor::scalar<std::int64_t>(i));  // the sample's number, as a label
       writer.write(std::to_string(100000 + i), s);
     }
-    const std::vector<std::string> shards = writer.finish();
+    const std::vector<std::string> shards = writer.close();
 
     stoker::StreamOptions so;
     so.seed = 7;

@@ -7,6 +7,7 @@ stoker_required_packages=(
   build-essential cmake pkg-config
   libfmt-dev libspdlog-dev catch2 libhwloc-dev
   libjpeg62-turbo-dev libpng-dev libwebp-dev  # stoker::vision (JPEG, PNG, WebP)
+  libsleef-dev                  # GaussianBlur's kernel with torch's exponential (optional)
   libturbojpeg0-dev             # the image tests write JPEGs with TurboJPEG
   zlib1g-dev libzstd-dev nlohmann-json3-dev  # TFRecord (gzip) and MDS readers
   libbz2-dev libbrotli-dev libssl-dev libxxhash-dev  # MDS bz2/br shards and shard hashes
@@ -20,6 +21,7 @@ stoker_required_packages=(
   python3-botocore              # the SigV4 test's oracle (signs the same requests)
   python3-numpy  # tests cross-check .npy files written by NumPy
   python3-pil python3-torchvision  # the vision parity tests compare with torchvision
+  pybind11-dev python3-dev python3-pytest python3-torch  # the Python package (python/), its tests
   libtorch-dev   # examples/libtorch_interop and dlpack_layout_check (skipped when absent)
   clang libclang-rt-14-dev  # the libFuzzer targets, scripts/fuzz.sh (skipped when absent)
 )

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs missing Debian packages (as root), then configures, builds and
 # runs ctest twice: an optimised build and an AddressSanitizer + UndefinedBehaviorSanitizer
-# build, both with warnings as errors. The `stress`-labelled soak test runs in both (a few
+# build, both with warnings as errors; after the optimised build's ctest, the Python package's
+# pytest suite. The `stress`-labelled soak test runs in both (a few
 # seconds in release); --no-stress leaves it out. Then scripts/fuzz.sh runs every libFuzzer
 # target for STOKER_FUZZ_SECONDS (default 5) s where clang++ is installed (skipped with a
 # message otherwise); --no-fuzz leaves it out.
@@ -34,6 +35,16 @@ for preset in "${presets[@]}"; do
   cmake --preset "$preset" >/dev/null
   cmake --build --preset "$preset"
   ctest --preset "$preset" "${label_args[@]}"
+  if [ "$preset" = release ]; then
+    if [ -d build/release/python/stoker ]; then
+      echo "=== stoker: Python package tests (python/tests, pytest)"
+      STOKER_PYTHON_PATH=build/release/python /usr/bin/python3 -m pytest -v -rs \
+        -p no:cacheprovider python/tests
+    else
+      echo "=== stoker: Python package tests skipped: the package was not built" \
+        "(STOKER_BUILD_PYTHON is OFF; it needs python3-dev and pybind11-dev)"
+    fi
+  fi
 done
 if [ $fuzz -eq 1 ]; then
   scripts/fuzz.sh --seconds "${STOKER_FUZZ_SECONDS:-5}"

@@ -44,13 +44,17 @@ def check_json(doc, strategy):
         fail("no results")
     for r in results:
         for key in ("num_workers", "batch_size", "ok", "samples_per_s", "bytes_per_s",
-                    "peak_pss_bytes", "wait_fraction", "seconds", "verdict", "diagnosis"):
+                    "peak_tree_bytes", "ring_resident_bytes", "wait_fraction", "seconds",
+                    "verdict", "diagnosis"):
             if key not in r:
                 fail("result lacks '%s': %r" % (key, r))
         if not r["ok"]:
             fail("a setting failed: %r" % r)
-        if r["samples_per_s"] <= 0 or r["peak_pss_bytes"] <= 0:
+        if r["samples_per_s"] <= 0 or r["peak_tree_bytes"] <= 0:
             fail("a setting measured nothing: %r" % r)
+        # Every loader has a ring (one slot in-process), and the tree's peak holds it.
+        if not 0 < r["ring_resident_bytes"] <= r["peak_tree_bytes"]:
+            fail("the ring is not in the tree's peak: %r" % r)
         if not 0 <= r["wait_fraction"] <= 1:
             fail("wait_fraction out of range: %r" % r)
     rec = doc["recommendation"]

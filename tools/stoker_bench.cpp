@@ -3,7 +3,8 @@
 //
 //   stoker-bench --workload {tiny,image,cpu} --workers N --epochs E --warmup W [--persistent]
 //                [--prefetch P] [--samples S] [--no-stats] [--consumer-us U]
-//                [--consumer-cpu-us U]
+//                [--consumer-cpu-us U] [--memory-interval-ms M]
+//                [--memory-anonymous tracked|proportional|resident]
 //   stoker-bench --workload folder --data DIR [--pipeline val|train] [--mode exact|fast] ...
 //                ImageFolderDataset, batch 64, with the vision::Pipeline val (default:
 //                Resize(256), CenterCrop(224), RandomHorizontalFlip) or train
@@ -13,6 +14,11 @@
 //   stoker-bench --workload tokens --data FILE ...  TokenDataset over a raw uint16 shard: S random
 //                                                   1,024-token windows (int64), batch 32
 //   stoker-bench --memcpy      single-thread memcpy bandwidth of image-sized batches (9.6 MB)
+//   stoker-bench [--memory-...] --measure-command COMMAND ARGS...
+//                runs COMMAND and samples its process tree from here with the same sampler
+//                (how bench/compare measures PyTorch's and libtorch's loaders); COMMAND's output
+//                is passed through, the memory fields added to each line that is a JSON object.
+//                Other programs' shared memory is read through /proc/PID/map_files: run as root
 //
 // --samples S sets the samples per epoch (default: the workload's own size; tokens: 8,192);
 // for folder and tokens, S random ones. --no-stats sets LoaderOptions::collect_stats = false.
@@ -23,16 +29,33 @@
 // shares the cores with the workers. --prefetch P sets a fixed prefetch_factor; without it (or
 // with 0) the loader's default, an adaptive depth. The JSON line reports the depth reached and
 // `core_use`: the share of the machine's cores the run kept busy (samples/s x CPU per sample).
+//
+// Memory: a thread (os/proc's TreeMemorySampler) samples the process tree from before the loader
+// is built until after its last epoch, warm-up included, every M ms (--memory-interval-ms, 10 by
+// default; 0 turns it off): each process's anonymous memory plus each shared-memory object (the
+// ring's memfd) once. `peak_tree_mb` is the largest total, `peak_tree_at_s` when it was seen
+// (seconds after the sampler started), `peak_tree_epoch` the epoch it fell in (-1: before the
+// first, warm-up epochs first), `ring_resident_mb` the ring's allocated bytes at that moment and
+// `ring_peak_mb` its largest. Anonymous memory is Pss_Anon (a page shared copy-on-write counts
+// once over the tree); --memory-anonymous says how it is read: tracked (the default) reads it
+// exactly as often as 0.5% of a core allows (a pass walks every page table, the ring's
+// included) and follows each process's RssAnon in between; proportional reads it in every pass
+// (which then come as rarely as 1% of a core allows); resident counts RssAnon alone (a page
+// shared copy-on-write counts in every process). --memory-cpu-share S sets the sampler's CPU
+// budget (a share of one core, 0.01 by default).
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,6 +64,8 @@
 #include <fmt/ranges.h>
 
 #include "bench_workloads.hpp"
+#include "os/posix.hpp"
+#include "os/proc.hpp"
 #include "stoker/stoker.hpp"
 
 namespace {
@@ -63,6 +88,10 @@ struct Args {
   std::string pipeline = "val";
   std::string mode = "exact";
   bool memcpy_only = false;
+  int memory_interval_ms = 10;  // 0: no sampler
+  double memory_cpu_share = 0.01;
+  std::vector<std::string> measure;  // --measure-command: the command and its arguments
+  stoker::detail::AnonymousCount anonymous = stoker::detail::AnonymousCount::kTracked;
   std::string command;
 };
 
@@ -70,7 +99,9 @@ constexpr const char* kUsage =
     "usage: stoker-bench --workload {tiny,image,cpu,folder,decode,tokens} [--data PATH] "
     "[--pipeline val|train] [--mode exact|fast] --workers N --epochs E --warmup W "
     "[--persistent] [--prefetch P] [--samples S] [--no-stats] [--consumer-us U] "
-    "[--consumer-cpu-us U] [--sample-us U (cpu)]\n"
+    "[--consumer-cpu-us U] [--sample-us U (cpu)] [--memory-interval-ms M] "
+    "[--memory-anonymous tracked|proportional|resident] [--memory-cpu-share S]\n"
+    "       stoker-bench [--memory-...] --measure-command COMMAND ARGS...\n"
     "       stoker-bench --memcpy\n";
 
 [[noreturn]] void usage(const std::string& problem) {
@@ -130,6 +161,34 @@ Args parse(int argc, char** argv) {
       a.sample_us = number(0, 10000000);
     } else if (flag == "--consumer-cpu-us") {
       a.consumer_cpu_us = number(0, 10000000);
+    } else if (flag == "--measure-command") {
+      for (int j = i + 1; j < argc; ++j) {
+        if (j == i + 1 && std::string(argv[j]) == "--") continue;
+        a.measure.emplace_back(argv[j]);
+        a.command += std::string(" ") + argv[j];
+      }
+      if (a.measure.empty()) usage("--measure-command needs the command to run");
+      break;
+    } else if (flag == "--memory-cpu-share") {
+      const std::string v = value();
+      char* end = nullptr;
+      a.memory_cpu_share = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(a.memory_cpu_share > 0) || a.memory_cpu_share > 1) {
+        usage("--memory-cpu-share must be a number above 0 and at most 1, not '" + v + "'");
+      }
+    } else if (flag == "--memory-interval-ms") {
+      a.memory_interval_ms = number(0, 60000);
+    } else if (flag == "--memory-anonymous") {
+      const std::string v = value();
+      if (v == "tracked") {
+        a.anonymous = stoker::detail::AnonymousCount::kTracked;
+      } else if (v == "proportional") {
+        a.anonymous = stoker::detail::AnonymousCount::kProportional;
+      } else if (v == "resident") {
+        a.anonymous = stoker::detail::AnonymousCount::kResident;
+      } else {
+        usage("--memory-anonymous must be tracked, proportional or resident");
+      }
     } else if (flag == "--no-stats") {
       a.stats = false;
     } else if (flag == "--memcpy") {
@@ -141,6 +200,7 @@ Args parse(int argc, char** argv) {
       usage("unknown option " + flag);
     }
   }
+  if (!a.measure.empty()) return a;
   if (a.persistent && a.workers == 0) usage("--persistent needs --workers 1 or more");
   if ((a.workload == "folder" || a.workload == "decode" || a.workload == "tokens") &&
       a.data.empty()) {
@@ -160,13 +220,11 @@ double cpu_seconds(int who) {
 
 // utime + stime of a live process, from /proc/<pid>/stat.
 double process_cpu_seconds(pid_t pid) {
-  std::FILE* f = std::fopen(fmt::format("/proc/{}/stat", pid).c_str(), "r");
-  if (f == nullptr) return 0;
-  char buffer[1024];
-  const std::size_t n = std::fread(buffer, 1, sizeof buffer - 1, f);
-  std::fclose(f);
-  buffer[n] = '\0';
-  const char* p = std::strrchr(buffer, ')');
+  std::string stat;
+  if (!stoker::detail::posix::read_file(fmt::format("/proc/{}/stat", pid).c_str(), stat)) {
+    return 0;
+  }
+  const char* p = std::strrchr(stat.c_str(), ')');
   if (p == nullptr) return 0;
   unsigned long utime = 0;
   unsigned long stime = 0;
@@ -176,26 +234,6 @@ double process_cpu_seconds(pid_t pid) {
     return 0;
   }
   return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-// Proportional set size of a live process (its share of shared pages), from smaps_rollup.
-double pss_mb(pid_t pid) {
-  std::FILE* f = std::fopen(fmt::format("/proc/{}/smaps_rollup", pid).c_str(), "r");
-  if (f == nullptr) return 0;
-  char line[256];
-  double kb = 0;
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    if (std::sscanf(line, "Pss: %lf kB", &kb) == 1) break;
-  }
-  std::fclose(f);
-  return kb / 1024.0;
-}
-
-// Sum of PSS over this process and its live workers: the memory the whole tree costs.
-double tree_pss_mb(const std::vector<pid_t>& workers) {
-  double total = pss_mb(getpid());
-  for (const pid_t pid : workers) total += pss_mb(pid);
-  return total;
 }
 
 // memcpy of a 9.6 MB batch-sized buffer into a reused (pre-faulted) destination: the ceiling
@@ -250,8 +288,73 @@ struct Plan {
   std::string extra;                                 // more JSON fields: ", \"name\": value"
 };
 
+double mb(std::uint64_t bytes) { return static_cast<double>(bytes) / 1e6; }
+
+const char* anonymous_name(stoker::detail::AnonymousCount a) {
+  switch (a) {
+    case stoker::detail::AnonymousCount::kResident:
+      return "resident";
+    case stoker::detail::AnonymousCount::kProportional:
+      return "proportional";
+    case stoker::detail::AnonymousCount::kTracked:
+      break;
+  }
+  return "tracked";
+}
+
+// The JSON fields of the tree's memory over the run; `epoch_starts` says when each epoch began.
+std::string memory_fields(const Args& a, const std::optional<stoker::detail::TreeMemoryReport>& r,
+                          const std::vector<Clock::time_point>& epoch_starts) {
+  if (!r) return ", \"peak_tree_mb\": null, \"ring_resident_mb\": null";
+  const long epoch =
+      static_cast<long>(std::upper_bound(epoch_starts.begin(), epoch_starts.end(), r->peak_at) -
+                        epoch_starts.begin()) -
+      1;
+  const std::string epoch_text = epoch_starts.empty() ? "null" : std::to_string(epoch);
+  if (r->peak.unmeasured_objects > 0) {
+    std::fprintf(stderr,
+                 "stoker-bench: the size of %zu shared-memory objects could not be read (following "
+                 "/proc/<pid>/map_files needs CAP_SYS_ADMIN); peak_tree_mb counts %s; run as root "
+                 "for their allocated size\n",
+                 r->peak.unmeasured_objects,
+                 r->peak.shared_from_pss ? "the pages of them that some process maps (Pss_Shmem)"
+                                         : "none of them");
+  }
+  return fmt::format(
+      ", \"peak_tree_mb\": {:.1f}, \"ring_resident_mb\": {:.1f}, \"ring_peak_mb\": {:.1f}, "
+      "\"tree_anonymous_mb\": {:.1f}, \"tree_processes\": {}, \"peak_tree_at_s\": {:.3f}, "
+      "\"peak_tree_epoch\": {}, \"memory_sampler\": {{\"anonymous\": \"{}\", "
+      "\"interval_ms\": {}, \"passes\": {}, \"exact_passes\": {}, \"skipped\": {}, "
+      "\"seconds\": {:.3f}, "
+      "\"cpu_ms\": {:.2f}, \"cpu_share\": {}, \"unmeasured_objects\": {}, "
+      "\"shared_from_pss\": {}}}",
+      mb(r->peak.total_bytes()), mb(r->peak.ring_bytes), mb(r->ring_peak_bytes),
+      mb(r->peak.anonymous_bytes), r->peak.processes, r->peak_after_seconds, epoch_text,
+      anonymous_name(a.anonymous), a.memory_interval_ms, r->passes, r->exact_passes, r->skipped,
+      r->seconds, r->cpu_seconds * 1e3, a.memory_cpu_share, r->peak.unmeasured_objects,
+      r->peak.shared_from_pss);
+}
+
+// The sampler of `root`'s tree (0: this process) as the --memory-* flags say; none with
+// --memory-interval-ms 0.
+void start_sampler(const Args& a, pid_t root,
+                   std::optional<stoker::detail::TreeMemorySampler>& sampler) {
+  if (a.memory_interval_ms <= 0) return;
+  stoker::detail::TreeMemorySampler::Options so;
+  so.root = root;
+  so.interval = std::chrono::milliseconds(a.memory_interval_ms);
+  so.anonymous = a.anonymous;
+  so.max_cpu_share = a.memory_cpu_share;
+  sampler.emplace(so);
+}
+
 template <class D>
 int run(const Args& a, D dataset, const Plan& plan) {
+  // Started before the loader exists: its size probe, the fork of its workers and the warm-up
+  // are all in the run whose peak is reported.
+  std::optional<stoker::detail::TreeMemorySampler> sampler;
+  start_sampler(a, 0, sampler);
+  std::vector<Clock::time_point> epoch_starts;
   stoker::LoaderOptions opt;
   opt.batch_size = plan.batch_size;
   opt.num_workers = a.workers;
@@ -275,11 +378,6 @@ int run(const Args& a, D dataset, const Plan& plan) {
   std::size_t samples_per_epoch = 0;
   double cpu_start = 0;
   std::vector<std::pair<pid_t, double>> live_at_start;
-  // Tree PSS, sampled every 250 ms of the timed epochs: reading smaps_rollup walks every page
-  // table of a process (~1 ms here), which at 50 ms intervals cost the cpu workload 3% of its
-  // throughput.
-  double peak_pss = 0;
-  Clock::time_point next_sample{};
 
   for (int e = 0; e < a.warmup + a.epochs; ++e) {
     const bool timed = e >= a.warmup;
@@ -294,6 +392,7 @@ int run(const Args& a, D dataset, const Plan& plan) {
     std::size_t bytes = 0;
     std::size_t samples = 0;
     const Clock::time_point start = Clock::now();
+    epoch_starts.push_back(start);
     Clock::time_point first{};
     bool have_first = false;
     for (const stoker::Batch& batch : loader) {
@@ -305,10 +404,6 @@ int run(const Args& a, D dataset, const Plan& plan) {
       if (plan.check && !plan.check(batch)) checks_ok = false;
       bytes += batch.nbytes();
       samples += batch.size();
-      if (timed && Clock::now() >= next_sample) {
-        peak_pss = std::max(peak_pss, tree_pss_mb(loader.worker_pids()));
-        next_sample = Clock::now() + std::chrono::milliseconds(250);
-      }
       if (a.consumer_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(a.consumer_us));
       if (a.consumer_cpu_us > 0) {  // a training step on the CPU: spin
         const Clock::time_point until = Clock::now() + std::chrono::microseconds(a.consumer_cpu_us);
@@ -332,6 +427,9 @@ int run(const Args& a, D dataset, const Plan& plan) {
     }
   }
   const stoker::LoaderStats final_stats = loader.stats();
+  // The last pass while the loader (its ring, persistent workers) still lives.
+  std::optional<stoker::detail::TreeMemoryReport> memory;
+  if (sampler) memory = sampler->stop();
   double cpu = cpu_seconds(RUSAGE_SELF) + cpu_seconds(RUSAGE_CHILDREN) - cpu_start;
   for (const pid_t pid : loader.worker_pids()) {
     double before = 0;
@@ -352,21 +450,21 @@ int run(const Args& a, D dataset, const Plan& plan) {
       "\"bytes_per_epoch\": {}, \"epoch_s\": [{:.6f}], \"first_batch_ms\": [{:.3f}], "
       "\"first_batch_median_ms\": {:.3f}, \"first_batch_cold_ms\": {:.3f}, "
       "\"samples_per_s\": {:.1f}, \"mb_per_s\": {:.1f}, \"cpu_us_per_sample\": {:.3f}, "
-      "\"peak_pss_mb\": {:.1f}, \"consumer_us\": {}, \"consumer_cpu_us\": {}, "
+      "\"consumer_us\": {}, \"consumer_cpu_us\": {}, "
       "\"prefetch_depth\": {}, \"prefetch_depth_limit\": {}, \"core_use\": {:.3f}, "
-      "\"checksum\": {:.1f}, \"checksum_ok\": {}{}, \"command\": \"{}\"}}\n",
+      "\"checksum\": {:.1f}, \"checksum_ok\": {}{}{}, \"command\": \"{}\"}}\n",
       a.persistent ? "persistent" : "default", a.workload, a.workers, plan.batch_size,
       a.prefetch == stoker::kAdaptivePrefetch ? std::string("\"adaptive\"")
                                               : std::to_string(a.prefetch),
       samples_per_epoch, bytes_per_epoch, fmt::join(epoch_s, ", "), fmt::join(first_batch_ms, ", "),
       sorted_first[sorted_first.size() / 2], first_batch_cold_ms,
       static_cast<double>(samples_per_epoch) / median,
-      static_cast<double>(bytes_per_epoch) / median / 1e6, cpu / total_samples * 1e6, peak_pss,
-      a.consumer_us, a.consumer_cpu_us, final_stats.prefetch_depth,
-      final_stats.prefetch_depth_limit,
+      static_cast<double>(bytes_per_epoch) / median / 1e6, cpu / total_samples * 1e6, a.consumer_us,
+      a.consumer_cpu_us, final_stats.prefetch_depth, final_stats.prefetch_depth_limit,
       static_cast<double>(samples_per_epoch) / median * cpu / total_samples /
           static_cast<double>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))),
-      checksum, ok ? "true" : "false", plan.extra, a.command);
+      checksum, ok ? "true" : "false", memory_fields(a, memory, epoch_starts), plan.extra,
+      a.command);
   return ok ? 0 : 1;
 }
 
@@ -436,17 +534,24 @@ struct DecodeOnly {
   stoker::Sample get(std::size_t i) const {
     thread_local std::vector<std::uint8_t> bytes;
     thread_local stoker::vision::Image image;
-    std::FILE* f = std::fopen(files[i].first.c_str(), "rb");
-    if (f == nullptr) throw stoker::Error("stoker-bench: cannot open " + files[i].first);
+    namespace posix = stoker::detail::posix;
+    posix::Fd fd(posix::open_read(files[i].first.c_str()));
+    if (!fd.valid()) {
+      throw stoker::Error(
+          posix::errno_message("stoker-bench: cannot open " + files[i].first, errno));
+    }
     bytes.resize(1 << 16);
     std::size_t used = 0;
     for (;;) {
       if (bytes.size() < used + 65536) bytes.resize(used + 65536);
-      const std::size_t n = std::fread(bytes.data() + used, 1, bytes.size() - used, f);
-      used += n;
+      const ssize_t n = posix::read_some(fd.get(), bytes.data() + used, bytes.size() - used);
+      if (n < 0) {
+        throw stoker::Error(
+            posix::errno_message("stoker-bench: cannot read " + files[i].first, errno));
+      }
       if (n == 0) break;
+      used += static_cast<std::size_t>(n);
     }
-    std::fclose(f);
     stoker::vision::decode_into(std::span<const std::uint8_t>(bytes.data(), used), {}, image,
                                 files[i].first);
     stoker::Sample s;
@@ -469,7 +574,7 @@ int run_decode(const Args& a) {
 // The language-model pipeline: S random 1,024-token windows per epoch (int64 input and target,
 // what an embedding layer takes), batch 32.
 int run_tokens(const Args& a) {
-  stoker::TokenDataset::Options o;
+  stoker::TokenOptions o;
   o.context = 1024;
   o.dtype = stoker::DType::kInt64;
   o.format = stoker::TokenDataset::Format::kRaw;
@@ -494,9 +599,75 @@ int run_tokens(const Args& a) {
 
 }  // namespace
 
+// --measure-command: runs the command with its standard output through a pipe and samples its
+// process tree from the moment it has exec()ed until it exits; then prints its output, the
+// memory fields added to each line that is a JSON object. Returns the command's exit status.
+int run_measured(const Args& a) {
+  namespace posix = stoker::detail::posix;
+  int out[2];
+  int exec_check[2];  // closed by a successful exec, or given its errno
+  if (posix::make_pipe(out) != 0 || posix::make_pipe(exec_check) != 0) {
+    std::perror("stoker-bench: pipe");
+    return 1;
+  }
+  std::vector<char*> argv;
+  for (const std::string& arg : a.measure) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  std::fflush(nullptr);
+  const pid_t child = posix::fork_process();
+  if (child < 0) {
+    std::perror("stoker-bench: fork");
+    return 1;
+  }
+  if (child == 0) {
+    ::dup2(out[1], STDOUT_FILENO);
+    ::execvp(argv[0], argv.data());
+    const int err = errno;
+    (void)posix::write_all(exec_check[1], &err, sizeof err);
+    ::_exit(127);
+  }
+  posix::close_fd(out[1]);
+  posix::close_fd(exec_check[1]);
+  int err = 0;
+  const bool exec_failed = posix::read_full(exec_check[0], &err, sizeof err) == sizeof err;
+  posix::close_fd(exec_check[0]);
+  std::optional<stoker::detail::TreeMemorySampler> sampler;
+  if (!exec_failed) start_sampler(a, child, sampler);
+  std::string output;
+  char buffer[65536];
+  for (ssize_t n; (n = posix::read_full(out[0], buffer, sizeof buffer)) > 0;) {
+    output.append(buffer, static_cast<std::size_t>(n));
+  }
+  posix::close_fd(out[0]);
+  int status = 0;
+  (void)posix::wait_pid(child, &status, 0);
+  if (exec_failed) {
+    std::fprintf(stderr, "stoker-bench: cannot run %s: %s\n", argv[0], std::strerror(err));
+    return 127;
+  }
+  std::optional<stoker::detail::TreeMemoryReport> memory;
+  if (sampler) memory = sampler->stop();
+  const std::string fields = memory_fields(a, memory, {});
+  std::size_t at = 0;
+  while (at < output.size()) {
+    std::size_t end = output.find('\n', at);
+    if (end == std::string::npos) end = output.size();
+    std::string line = output.substr(at, end - at);
+    at = end + 1;
+    const std::size_t close = line.find_last_not_of(" \t\r");
+    if (!line.empty() && line[0] == '{' && close != std::string::npos && line[close] == '}') {
+      line.insert(close, fields);
+    }
+    std::printf("%s\n", line.c_str());
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
   if (a.memcpy_only) return run_memcpy(a);
+  if (!a.measure.empty()) return run_measured(a);
   try {
     if (a.workload == "tiny") return run_synthetic(a, stoker::bench::TinyDataset{}, 256, true);
     if (a.workload == "image") return run_synthetic(a, stoker::bench::ImageDataset{}, 64, false);

@@ -2,7 +2,6 @@
 // command. From an image folder (root/<class>/<file>): each image's bytes as they are, under
 // its extension, and its class index as "cls"; from .npy arrays: one field per array, through
 // write_webdataset() (the library route for any stoker dataset).
-#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,17 +12,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "os/posix.hpp"
 #include "stoker/stoker.hpp"
 #include "stoker/webdataset.hpp"
 
 namespace {
+
+namespace posix = stoker::detail::posix;
 
 constexpr const char* kUsage =
     "usage: stoker-shard SOURCE --output PATTERN [options]\n"
@@ -138,22 +139,52 @@ Args parse(int argc, char** argv) {
 }
 
 std::vector<std::string> sorted_entries(const std::string& dir, bool directories) {
-  std::vector<std::string> out;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) {
+  struct stat dir_stat {};
+  if (!posix::stat_path(dir.c_str(), dir_stat)) {
     throw stoker::Error(
-        fmt::format("stoker-shard: cannot read directory {}: {}", dir, std::strerror(errno)));
+        posix::errno_message(fmt::format("stoker-shard: cannot read directory {}", dir), errno));
   }
-  while (const dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
+  if (!S_ISDIR(dir_stat.st_mode)) {
+    throw stoker::Error(fmt::format("stoker-shard: {} is not a directory", dir));
+  }
+  std::vector<std::string> out;
+  for (const std::string& name : posix::list_directory(dir.c_str())) {
     if (name.empty() || name[0] == '.') continue;
     struct stat st {};
-    if (::stat((dir + "/" + name).c_str(), &st) != 0) continue;
+    if (!posix::stat_path((dir + "/" + name).c_str(), st)) continue;
     if (directories ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode)) out.push_back(name);
   }
-  ::closedir(d);
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// The whole file into `bytes`. Throws stoker::Error naming it when it cannot be read.
+void read_whole(const std::string& path, std::vector<char>& bytes) {
+  posix::Fd fd(posix::open_read(path.c_str()));
+  const off_t size = fd.valid() ? posix::file_size(fd.get()) : -1;
+  if (size < 0) {
+    throw stoker::Error(posix::errno_message("stoker-shard: cannot read " + path, errno));
+  }
+  bytes.resize(static_cast<std::size_t>(size));
+  const ssize_t got = posix::read_full(fd.get(), bytes.data(), bytes.size());
+  if (got < 0) {
+    throw stoker::Error(posix::errno_message("stoker-shard: cannot read " + path, errno));
+  }
+  if (static_cast<std::size_t>(got) != bytes.size()) {
+    throw stoker::Error(fmt::format(
+        "stoker-shard: {} ended after {} of its {} bytes while it was read; was it being "
+        "written?",
+        path, got, bytes.size()));
+  }
+}
+
+// `text` as the whole of `path`. Throws stoker::Error naming it when it cannot be written.
+void write_whole(const std::string& path, const std::string& text) {
+  posix::Fd fd(posix::open_write(path.c_str()));
+  if (!fd.valid() || posix::write_all(fd.get(), text.data(), text.size()) != 0 ||
+      posix::close_fd(fd.release()) != 0) {
+    throw stoker::Error(posix::errno_message("stoker-shard: cannot write " + path, errno));
+  }
 }
 
 std::string image_extension(const std::string& file) {
@@ -176,7 +207,7 @@ std::string leaf(const std::string& path) {
 
 bool file_exists(const std::string& path) {
   struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
+  return posix::stat_path(path.c_str(), st);
 }
 
 // An --output URL: the shards are written under a staging directory, then uploaded beside the
@@ -224,12 +255,12 @@ std::vector<std::string> upload(const Upload& u, const std::vector<std::string>&
     stoker::upload_file(file, url, options);
     if (std::find(shards.begin(), shards.end(), file) != shards.end()) urls.push_back(url);
   }
-  for (const std::string& file : local) std::remove(file.c_str());
+  for (const std::string& file : local) posix::remove_file(file.c_str());
   if (u.own_staging) ::rmdir(u.staging.c_str());
   return urls;
 }
 
-std::vector<std::string> shard_images(const Args& a, const stoker::ShardWriterOptions& wo,
+std::vector<std::string> shard_images(const Args& a, const stoker::WebDatasetWriterOptions& wo,
                                       std::size_t& samples) {
   struct Image {
     std::string path;
@@ -257,30 +288,21 @@ std::vector<std::string> shard_images(const Args& a, const stoker::ShardWriterOp
         fmt::format("stoker-shard: no .jpg, .jpeg, .png or .webp under {}", a.images));
   }
   if (a.shuffle) stoker::Generator(a.seed).shuffle(images.begin(), images.end());
-  {
-    std::ofstream names(output_dir(a.output) + "/classes.txt");
-    for (const std::string& c : classes) names << c << "\n";
-    if (!names) {
-      throw stoker::Error(
-          fmt::format("stoker-shard: cannot write {}/classes.txt", output_dir(a.output)));
-    }
-  }
-  stoker::ShardWriter writer(wo);
+  std::string names;
+  for (const std::string& c : classes) names += c + "\n";
+  write_whole(output_dir(a.output) + "/classes.txt", names);
+  stoker::WebDatasetWriter writer(wo);
   samples = images.size();
   std::vector<char> bytes;
   for (std::size_t i = 0; i < images.size(); ++i) {
-    std::ifstream in(images[i].path, std::ios::binary | std::ios::ate);
-    if (!in) throw stoker::Error("stoker-shard: cannot read " + images[i].path);
-    bytes.resize(static_cast<std::size_t>(in.tellg()));
-    in.seekg(0);
-    in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    read_whole(images[i].path, bytes);
     const std::string label = std::to_string(images[i].label);
     const std::pair<std::string, std::span<const std::byte>> fields[] = {
         {images[i].ext, std::as_bytes(std::span<const char>(bytes))},
         {"cls", std::as_bytes(std::span<const char>(label.data(), label.size()))}};
     writer.write(fmt::format("{:09}", i), fields);
   }
-  return writer.finish();
+  return writer.close();
 }
 
 }  // namespace
@@ -292,7 +314,7 @@ int main(int argc, char** argv) {
     const bool remote = stoker::is_remote_url(a.output);
     Upload up;
     if (remote) up = prepare_upload(a);
-    stoker::ShardWriterOptions wo;
+    stoker::WebDatasetWriterOptions wo;
     wo.pattern = a.output;
     wo.max_shard_bytes = a.shard_size;
     wo.max_samples_per_shard = a.max_samples;
@@ -317,7 +339,7 @@ int main(int argc, char** argv) {
     std::uint64_t bytes = 0;
     for (const std::string& s : shards) {
       struct stat st {};
-      if (::stat(s.c_str(), &st) == 0) bytes += static_cast<std::uint64_t>(st.st_size);
+      if (posix::stat_path(s.c_str(), st)) bytes += static_cast<std::uint64_t>(st.st_size);
     }
     if (remote) shards = upload(up, shards, a);
     if (!a.quiet) {

@@ -6,7 +6,8 @@
 //   libtorch_bench --workload {tiny,image,cpu} --workers N --epochs E --warmup W [--samples S]
 //
 // Worker threads live as long as the DataLoader, so every run is the "persistent" case in
-// PyTorch's terms; the variant is reported as "threads".
+// PyTorch's terms; the variant is reported as "threads". Memory is measured from outside by
+// stoker's sampler: bench/compare/run.sh runs this under `stoker-bench --measure-command`.
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -126,19 +127,6 @@ double cpu_seconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
-// Threads, not processes: the tree is this process alone.
-double pss_mb() {
-  std::FILE* f = std::fopen("/proc/self/smaps_rollup", "r");
-  if (f == nullptr) return 0;
-  char line[256];
-  double kb = 0;
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    if (std::sscanf(line, "Pss: %lf kB", &kb) == 1) break;
-  }
-  std::fclose(f);
-  return kb / 1024.0;
-}
-
 double last_element(const torch::Tensor& t) {
   return t.reshape({-1})[t.numel() - 1].item<double>();
 }
@@ -156,12 +144,10 @@ int run(const Args& a, D dataset, std::size_t batch_size, bool drop_last) {
   std::vector<double> epoch_s;
   std::vector<double> first_ms;
   double first_cold_ms = 0;
-  double peak_pss = 0;
   double cpu_start = 0;
   double checksum = 0;
   std::size_t samples_per_epoch = 0;
   std::size_t bytes_per_epoch = 0;
-  Clock::time_point next_sample{};
   for (int e = 0; e < a.warmup + a.epochs; ++e) {
     const bool timed = e >= a.warmup;
     if (e == a.warmup) cpu_start = cpu_seconds();
@@ -179,10 +165,6 @@ int run(const Args& a, D dataset, std::size_t batch_size, bool drop_last) {
       sum += last_element(batch.data) + last_element(batch.target);
       samples += static_cast<std::size_t>(batch.data.size(0));
       bytes += static_cast<std::size_t>(batch.data.nbytes() + batch.target.nbytes());
-      if (timed && Clock::now() >= next_sample) {
-        peak_pss = std::max(peak_pss, pss_mb());
-        next_sample = Clock::now() + std::chrono::milliseconds(250);
-      }
     }
     const Clock::time_point end = Clock::now();
     const double first_batch = std::chrono::duration<double, std::milli>(first - start).count();
@@ -210,12 +192,12 @@ int run(const Args& a, D dataset, std::size_t batch_size, bool drop_last) {
       "\"batch_size\": %zu, \"samples_per_epoch\": %zu, \"bytes_per_epoch\": %zu, "
       "\"epoch_s\": [%s], \"first_batch_ms\": [%s], \"first_batch_median_ms\": %.3f, "
       "\"first_batch_cold_ms\": %.3f, \"samples_per_s\": %.1f, \"mb_per_s\": %.1f, "
-      "\"cpu_us_per_sample\": %.3f, \"peak_pss_mb\": %.1f, \"checksum\": %.1f, "
+      "\"cpu_us_per_sample\": %.3f, \"checksum\": %.1f, "
       "\"checksum_ok\": true, \"command\": \"%s\"}\n",
       a.workload.c_str(), a.workers, batch_size, samples_per_epoch, bytes_per_epoch,
       join(epoch_s).c_str(), join(first_ms).c_str(), median(first_ms), first_cold_ms,
       static_cast<double>(samples_per_epoch) / m, static_cast<double>(bytes_per_epoch) / m / 1e6,
-      cpu / (static_cast<double>(samples_per_epoch) * a.epochs) * 1e6, peak_pss, checksum,
+      cpu / (static_cast<double>(samples_per_epoch) * a.epochs) * 1e6, checksum,
       a.command.c_str());
   return 0;
 }

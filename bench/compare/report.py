@@ -94,6 +94,13 @@ def fmt_ratio(x):
     return f"{x:.2f}×" if x < 10 else f"{x:.1f}×"
 
 
+def shared_mb(r):
+    """The shared-memory part of a row's peak (stoker: its ring)."""
+    if r.get("peak_tree_mb") is None or r.get("tree_anonymous_mb") is None:
+        return None
+    return max(r["peak_tree_mb"] - r["tree_anonymous_mb"], 0.0)
+
+
 def ratio(a, b):
     if a is None or b is None or b == 0:
         return None
@@ -179,7 +186,7 @@ def targets(res):
         p = res.best("pytorch", w)
         add(f"{w}: stoker best / PyTorch best", ratio(sps(s), sps(p)), t,
             f"{fmt_num(sps(s))} ({describe(s)}) / {fmt_num(sps(p))} ({describe(p)}) samples/s")
-    for key, label, t in (("peak_pss_mb", "peak tree PSS", 0.5),
+    for key, label, t in (("peak_tree_mb", "peak tree memory", 0.5),
                           ("first_batch_median_ms", "first batch of a fresh iterator", 0.1)):
         for w in WORKLOADS:
             worst = None
@@ -187,14 +194,14 @@ def targets(res):
                 if key == "first_batch_median_ms" and s["variant"] != "default":
                     continue  # a fresh iterator: workers started by this iter()
                 p = res.one("pytorch", w, s["workers"], s["variant"])
-                r = ratio(s[key], p[key] if p else None)
+                r = ratio(s.get(key), p.get(key) if p else None)
                 if r is not None and (worst is None or r > worst[0]):
                     worst = (r, s, p)
             if worst is None:
                 add(f"{w}: {label}, stoker / PyTorch (worst)", None, t, "no data", higher=False)
                 continue
             r, s, p = worst
-            unit = "MB" if key == "peak_pss_mb" else "ms"
+            unit = "MB" if key == "peak_tree_mb" else "ms"
             add(f"{w}: {label}, stoker / PyTorch (worst)", r, t,
                 f"{fmt_num(s[key])} / {fmt_num(p[key])} {unit} at {describe(s)}", higher=False)
     return out
@@ -229,8 +236,8 @@ def core_targets(res):
         r = best2(w, "first_batch_median_ms", "persistent", higher=False)
         add(f"{w}: first batch with persistent workers, ms", r and r["first_batch_median_ms"], 1,
             "median of the timed epochs", higher=False)
-    r = best2("image", "peak_pss_mb", higher=False)
-    add("image, 2 workers: peak tree PSS, MB", r and r["peak_pss_mb"], 100, describe(r),
+    r = best2("image", "peak_tree_mb", higher=False)
+    add("image, 2 workers: peak tree memory, MB", r and r["peak_tree_mb"], 100, describe(r),
         higher=False)
     return out
 
@@ -288,9 +295,10 @@ def svg_chart(res, path):
 
 def workload_table(res, w):
     lines = ["| workers | variant | loader | samples/s | MB/s | first batch (ms) | "
-             "cold first batch (ms) | CPU µs/sample | peak tree PSS (MB) | "
-             "samples/s vs PyTorch | first batch vs PyTorch | PSS vs PyTorch |",
-             "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "cold first batch (ms) | CPU µs/sample | peak tree memory (MB) | of it shared (MB) | "
+             "samples/s vs PyTorch | first batch vs PyTorch | memory vs PyTorch |",
+             "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+             "---: |"]
     for workers in (0, 1, 2, 4):
         for variant in ("default", "persistent"):
             if workers == 0 and variant == "persistent":
@@ -306,14 +314,15 @@ def workload_table(res, w):
                 if impl != "pytorch" and p is not None:
                     vs = [fmt_ratio(ratio(r["samples_per_s"], p["samples_per_s"])),
                           fmt_ratio(ratio(r["first_batch_median_ms"], p["first_batch_median_ms"])),
-                          fmt_ratio(ratio(r["peak_pss_mb"], p["peak_pss_mb"]))]
+                          fmt_ratio(ratio(r.get("peak_tree_mb"), p.get("peak_tree_mb")))]
                 ok = "" if r.get("checksum_ok", True) else " (check FAILED)"
                 shown_variant = "threads" if impl == "libtorch" and workers > 0 else variant
                 lines.append(
                     f"| {workers} | {shown_variant} | {NAMES[impl]}{ok} | "
                     f"{fmt_num(r['samples_per_s'])} | {fmt_num(r['mb_per_s'])} | "
                     f"{fmt_num(r['first_batch_median_ms'])} | {fmt_num(r['first_batch_cold_ms'])} | "
-                    f"{fmt_num(r['cpu_us_per_sample'])} | {fmt_num(r['peak_pss_mb'])} | "
+                    f"{fmt_num(r['cpu_us_per_sample'])} | {fmt_num(r.get('peak_tree_mb'))} | "
+                    f"{fmt_num(shared_mb(r))} | "
                     + " | ".join(vs) + " |")
     return "\n".join(lines)
 
@@ -333,9 +342,14 @@ def ratio_matrix(res, key, fresh_only):
                     continue
                 s = res.one("stoker", w, workers, variant)
                 p = res.one("pytorch", w, workers, variant)
-                cells.append(fmt_ratio(ratio(s[key] if s else None, p[key] if p else None)))
+                cells.append(fmt_ratio(ratio(s.get(key) if s else None,
+                                             p.get(key) if p else None)))
         lines.append(f"| {w} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+KEPT_PROFILE_NOTE = ("From an earlier run: this one was run with `--no-profile`, which "
+                     "keeps the section as it was.\n\n")
 
 
 def profile_section(profile):
@@ -375,6 +389,8 @@ def main():
     ap.add_argument("--doc", required=True)
     ap.add_argument("--svg", required=True)
     ap.add_argument("--readme")
+    # The callgrind profile was not run (run.sh --no-profile): keep --doc's profile section.
+    ap.add_argument("--keep-profile", action="store_true")
     a = ap.parse_args()
     res = Results(a.results)
     profile = None
@@ -391,8 +407,16 @@ def main():
 
     doc = []
     doc.append("# Benchmarks: stoker, PyTorch and libtorch side by side\n")
+    kept_profile = None
+    if a.keep_profile and os.path.exists(a.doc):
+        m = re.search(r"## Profile of the hot path\n\n(.*?)\n(?=## )", open(a.doc).read(), flags=re.S)
+        if m:
+            kept_profile = m.group(1).replace(KEPT_PROFILE_NOTE, "")
+    every = ("every figure on this page comes from that run" if kept_profile is None else
+             "every figure on this page but the profile of the hot path (kept from an earlier "
+             "run) comes from that run")
     doc.append(f"Generated by `{a.command}` on {now} in {a.elapsed // 60} min {a.elapsed % 60} s; "
-               "every figure on this page comes from that run (the raw JSON lines are in "
+               f"{every} (the raw JSON lines are in "
                "`bench/results/compare.jsonl`). Do not edit by hand: run the script again.\n")
     doc.append("## Reproduce\n")
     doc.append("```sh\napt-get install -y python3-torch python3-torchvision libtorch-dev "
@@ -493,8 +517,8 @@ def main():
                    "workers also compete with the main process. That is why the targets compare "
                    "against PyTorch's best *with workers* separately from in-process.\n")
     doc.append("![best samples/s per loader and workload](benchmarks.svg)\n")
-    doc.append("Peak tree PSS, stoker / PyTorch, at each worker count (target ≤ 0.5×):\n")
-    doc.append(ratio_matrix(res, "peak_pss_mb", False) + "\n")
+    doc.append("Peak tree memory, stoker / PyTorch, at each worker count (target ≤ 0.5×):\n")
+    doc.append(ratio_matrix(res, "peak_tree_mb", False) + "\n")
     doc.append("First batch of a fresh iterator, stoker / PyTorch (median; target ≤ 0.1×; "
                "persistent workers are not fresh, marked ·):\n")
     doc.append(ratio_matrix(res, "first_batch_median_ms", True) + "\n")
@@ -544,11 +568,18 @@ def main():
         "- **CPU µs/sample**: user + system time of the main process and all its workers (live "
         "ones read from `/proc/<pid>/stat`, reaped ones from `getrusage(RUSAGE_CHILDREN)`) over "
         "the timed epochs, per sample.\n"
-        "- **peak tree PSS**: the largest sum of the proportional set size of the main process "
-        "and its workers (`/proc/<pid>/smaps_rollup`), sampled every 250 ms while batches "
-        "arrive; shared pages count once. For libtorch (threads) it is the one process. "
-        "PyTorch's includes the Python interpreter and `import torch` (about 200 MB); that is "
-        "what a PyTorch data pipeline costs.\n"
+        "- **peak tree memory**: the most memory the process tree (the main process and its "
+        "workers) held at once that the kernel cannot drop and read back: each process's "
+        "anonymous memory (`Pss_Anon`, so a page shared copy-on-write after `fork()` counts "
+        "once), plus each shared-memory object (stoker's ring, PyTorch's `/dev/shm` batches) "
+        "once, by its allocated blocks. Code, libraries and memory-mapped files are page cache "
+        "and left out. Every row is measured by the same sampler (`src/os/proc.hpp`, "
+        "`TreeMemorySampler`) from a thread, through the whole run, warm-up included, within "
+        "1% of a core: stoker-bench on itself, `stoker-bench --measure-command` around "
+        "`torch_bench.py` and `libtorch_bench`. For libtorch (threads) the tree is one "
+        "process. **of it shared**: the shared-memory part at that moment (stoker: the ring). "
+        "[memory.md](memory.md#measuring-a-process-trees-memory) describes the "
+        "measurement.\n"
         "- **vs PyTorch**: ratio to PyTorch's row with the same worker count and variant.\n"
         "- libtorch's worker threads live as long as its `DataLoader`, so its rows are "
         "\"threads\": comparable to persistent workers.\n")
@@ -561,16 +592,21 @@ def main():
         doc.append(workload_table(res, w) + "\n")
 
     doc.append("## Profile of the hot path\n")
-    doc.append(profile_section(profile))
+    if kept_profile is not None:
+        doc.append(KEPT_PROFILE_NOTE + kept_profile)
+    else:
+        doc.append(profile_section(profile))
     notes = os.path.join(os.path.dirname(os.path.abspath(__file__)), "notes.md")
     if os.path.exists(notes):
         with open(notes) as f:
             doc.append(f.read())
-    # The record-shard figures come from bench/shards.sh, not from this run: kept as written.
-    shards = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shards.md")
-    if os.path.exists(shards):
-        with open(shards) as f:
-            doc.append(f.read())
+    # The record-shard figures come from bench/shards.sh and the adaptive depth's before/after
+    # from bench/depth_before_after.sh, not from this run: kept as written.
+    for kept in ("shards.md", "depth_before_after.md"):
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", kept)
+        if os.path.exists(path):
+            with open(path) as f:
+                doc.append(f.read())
     # The vision section (bench/compare/vision.sh, vision_report.py) is kept as it is.
     vision = ""
     if os.path.exists(a.doc):
@@ -604,11 +640,12 @@ def readme_section(res, tgt, path):
                      f"{fmt_ratio(ratio(s['samples_per_s'], get(p)))} | "
                      f"{fmt_ratio(ratio(s['samples_per_s'], get(pw)))} | "
                      f"{fmt_ratio(ratio(s['samples_per_s'], get(lt)))} |")
-    pss = [t for t in tgt if "PSS" in t[0] and t[1] is not None]
+    memory = [t for t in tgt if "tree memory" in t[0] and t[1] is not None]
     fb = [t for t in tgt if "first batch" in t[0] and t[1] is not None]
-    if pss and fb:
-        lines += ["", f"Peak memory of the process tree (sum of PSS): at most "
-                  f"{fmt_ratio(max(t[1] for t in pss))} PyTorch's at the same worker count; "
+    if memory and fb:
+        lines += ["", f"Peak memory of the process tree (anonymous memory, and shared memory "
+                  f"once): at most {fmt_ratio(max(t[1] for t in memory))} PyTorch's at the same "
+                  "worker count; "
                   f"first batch of a fresh iterator: at most "
                   f"{fmt_ratio(max(t[1] for t in fb))} PyTorch's."]
     lines += ["", README_END]

@@ -1,20 +1,29 @@
 #!/usr/bin/env bash
 # Runs stoker (stoker-bench), PyTorch (torch.utils.data.DataLoader, torch_bench.py) and libtorch
 # (torch::data, libtorch_bench) on the same workloads, interleaved: for each workload and worker
-# count the three run back to back, so they see the same machine. Then profiles stoker-bench
+# count the three run back to back, so they see the same machine. Every row's peak memory comes
+# from the same sampler (src/os/proc.hpp's TreeMemorySampler): stoker-bench runs it on its own
+# tree, and around the other two (`stoker-bench --measure-command`), which needs root to read
+# their shared-memory files through /proc/PID/map_files. Then profiles stoker-bench
 # with callgrind (when valgrind is installed) and regenerates docs/benchmarks.md and
 # docs/benchmarks.svg from the figures of this run.
 #
-#   bench/compare/run.sh [--quick]     --quick: one timed epoch, smaller epochs (a smoke run)
+#   bench/compare/run.sh [--quick] [--no-profile] [--no-vision]
+#     --quick: one timed epoch, smaller epochs (a smoke run); --no-profile: no callgrind (the
+#     page keeps its profile section); --no-vision: the vision section is not run again
 #
 # Installs nothing: it names the Debian packages that are missing and stops.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 quick=0
+no_profile=0
+no_vision=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1; shift ;;
-    *) echo "usage: bench/compare/run.sh [--quick]" >&2; exit 2 ;;
+    --no-profile) no_profile=1; shift ;;
+    --no-vision) no_vision=1; shift ;;
+    *) echo "usage: bench/compare/run.sh [--quick] [--no-profile] [--no-vision]" >&2; exit 2 ;;
   esac
 done
 
@@ -96,17 +105,22 @@ for workload in tiny image cpu folder tokens; do
       common=(--workload "$workload" --workers "$workers" --epochs "$e" --warmup "$warmup" "${extra[@]}")
       echo "  workers=$workers $variant" >&2
       run stoker "$stoker" "${common[@]}" "${flag[@]}"
-      run pytorch "$py" bench/compare/torch_bench.py "${common[@]}" "${flag[@]}"
+      run pytorch "$stoker" --measure-command "$py" bench/compare/torch_bench.py "${common[@]}" \
+        "${flag[@]}"
       # libtorch's worker threads live as long as its DataLoader: one run covers both variants.
       if [ "$variant" = default ] && [[ "$workload" =~ ^(tiny|image|cpu)$ ]]; then
-        run libtorch "$libtorch" --workload "$workload" --workers "$workers" --epochs "$e" \
-          --warmup "$warmup" --samples "${samples[$workload]}"
+        run libtorch "$stoker" --measure-command "$libtorch" --workload "$workload" \
+          --workers "$workers" --epochs "$e" --warmup "$warmup" --samples "${samples[$workload]}"
       fi
     done
   done
 done
 
-if [ "$have_valgrind" = 1 ]; then
+keep_profile=()
+if [ "$no_profile" = 1 ]; then
+  echo "== profile not run (--no-profile): docs/benchmarks.md keeps its profile section ==" >&2
+  keep_profile=(--keep-profile)
+elif [ "$have_valgrind" = 1 ]; then
   echo "== profile (callgrind) ==" >&2
   "$py" bench/compare/profile.py "$stoker" "$results/callgrind" >"$results/profile.json" || echo "  profile failed" >&2
 else
@@ -118,11 +132,14 @@ printf '{"impl": "meta-end", "loadavg_end": "%s"}\n' "$(cut -d' ' -f1-3 /proc/lo
 elapsed=$(( $(date +%s) - start_s ))
 command="bench/compare/run.sh"
 [ "$quick" = 1 ] && command+=" --quick"
+[ "$no_profile" = 1 ] && command+=" --no-profile"
+[ "$no_vision" = 1 ] && command+=" --no-vision"
 "$py" bench/compare/report.py --results "$out" --profile "$results/profile.json" \
   --elapsed "$elapsed" --command "$command" --doc docs/benchmarks.md --svg docs/benchmarks.svg \
-  --readme README.md
+  --readme README.md "${keep_profile[@]}"
 echo "== done in ${elapsed}s: docs/benchmarks.md, docs/benchmarks.svg, README.md ==" >&2
 # stoker::vision's pipelines against torchvision: their own section of docs/benchmarks.md.
+[ "$no_vision" = 1 ] && exit 0
 vision_flag=()
 [ "$quick" = 1 ] && vision_flag=(--quick)
 bench/compare/vision.sh "${vision_flag[@]}"

@@ -8,8 +8,9 @@
 The datasets mirror tools/bench_workloads.hpp and stoker-bench's real pipelines: same sample
 shapes, dtypes, values, batch sizes and per-sample busy work. The figures and the JSON fields are
 stoker-bench's: samples/s and MB/s of the median epoch, first batch of each iterator, user +
-system CPU time of the process tree per sample, and the peak sum of PSS of the main process and
-its workers, sampled every 250 ms while batches arrive.
+system CPU time of the process tree per sample. Memory is measured from outside, by the sampler
+stoker-bench uses on itself: bench/compare/run.sh runs this script under
+`stoker-bench --measure-command`, which adds peak_tree_mb and the fields beside it.
 """
 import argparse
 import glob
@@ -103,17 +104,6 @@ def folder_dataset(root, pipeline):
     return torchvision.datasets.ImageFolder(root, transform=transform)
 
 
-def pss_mb(pid):
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return 0.0
-
-
 def children():
     """The live child processes of this process (DataLoader workers)."""
     pids = []
@@ -187,8 +177,6 @@ def main():
 
     epoch_s, first_ms = [], []
     first_cold_ms = 0.0
-    peak_pss = 0.0
-    next_sample = 0.0
     cpu_start = 0.0
     live_at_start = {}
     checksum = 0.0
@@ -210,9 +198,6 @@ def main():
                 total += float(t.reshape(-1)[-1])
             samples += len(tensors[0])
             nbytes += sum(t.numel() * t.element_size() for t in tensors)
-            if timed and time.perf_counter() >= next_sample:
-                peak_pss = max(peak_pss, pss_mb(os.getpid()) + sum(pss_mb(c) for c in children()))
-                next_sample = time.perf_counter() + 0.25
         end = time.perf_counter()
         if e == 0:
             first_cold_ms = (first - start) * 1e3
@@ -238,7 +223,7 @@ def main():
         "samples_per_s": round(samples_per_epoch / median, 1),
         "mb_per_s": round(bytes_per_epoch / median / 1e6, 1),
         "cpu_us_per_sample": round(cpu / (samples_per_epoch * a.epochs) * 1e6, 3),
-        "peak_pss_mb": round(peak_pss, 1), "checksum": checksum, "checksum_ok": True,
+        "checksum": checksum, "checksum_ok": True,
         **({"pipeline": a.pipeline, "mode": "torchvision"} if a.workload == "folder" else {}),
         "command": command}))
 

@@ -2,7 +2,8 @@
 // is chosen by what the caller should do next: WorkerCrashed (a worker process died: find out
 // why, or enable respawn), WorkerException (user code threw: fix or skip the sample),
 // LoaderTimeout (no batch in time: a hung or slow worker), CollateError (samples that cannot be
-// stacked). Bad options are std::invalid_argument, naming the option and its valid range.
+// stacked), ShardError (a data file is damaged: skip the record, or re-copy the file). Bad
+// options are std::invalid_argument, naming the option and its valid range.
 #pragma once
 
 #include <sys/types.h>
@@ -12,6 +13,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace stoker {
@@ -19,6 +21,28 @@ namespace stoker {
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// A data file a dataset reads (a tar, TFRecord or MDS shard, an .npy, token or IDX file) whose
+// bytes cannot be read as records: a bad checksum or header, a file cut short, a file that shrank
+// while it was mapped, a hash mismatch. The one type a program catches for "this shard is
+// damaged"; TFRecordError and MdsError derive from it. Errors opening a file that is not there,
+// and errors of a field's decoder on a record's bytes, are other stoker::Errors. Through a
+// DataLoader with workers it reaches the consumer as a WorkerException whose type_name() is this
+// error's (the path and offset are in the message).
+class ShardError : public Error {
+ public:
+  ShardError(std::string message, std::string path, std::uint64_t offset = 0)
+      : Error(std::move(message)), path_(std::move(path)), offset_(offset) {}
+  // The file.
+  const std::string& path() const noexcept { return path_; }
+  // The damaged record's or region's byte offset in the file (in the decompressed stream, for a
+  // compressed shard); 0 when the error is about the whole file.
+  std::uint64_t offset() const noexcept { return offset_; }
+
+ private:
+  std::string path_;
+  std::uint64_t offset_ = 0;
 };
 
 // A worker process ended without being asked to: killed by a signal or exited on its own.

@@ -20,26 +20,29 @@
 
 namespace stoker {
 
+// The pipeline of the first versions, as a preset: Resize(resize) -> CenterCrop(crop) ->
+// [RandomHorizontalFlip()], uint8 CHW; fast_jpeg_scaling selects vision::Mode::kFast.
+struct ImageFolderOptions {
+  std::int64_t resize = 256;       // the shorter side after resizing (bilinear)
+  std::int64_t crop = 224;         // the side of the square center crop; <= resize
+  bool random_flip = false;        // mirror left-right with probability 1/2
+  bool fast_jpeg_scaling = false;  // vision::Mode::kFast (DCT-scaled JPEG decoding)
+};
+
 class ImageFolderDataset {
  public:
-  // The pipeline of the first versions, as a preset: Resize(resize) -> CenterCrop(crop) ->
-  // [RandomHorizontalFlip()], uint8 CHW; fast_jpeg_scaling selects vision::Mode::kFast.
-  struct Options {
-    std::int64_t resize = 256;       // the shorter side after resizing (bilinear)
-    std::int64_t crop = 224;         // the side of the square center crop; <= resize
-    bool random_flip = false;        // mirror left-right with probability 1/2
-    bool fast_jpeg_scaling = false;  // vision::Mode::kFast (DCT-scaled JPEG decoding)
-  };
+  using Options [[deprecated("ImageFolderOptions is now stoker::ImageFolderOptions")]] =
+      ImageFolderOptions;
   // Throws std::invalid_argument unless 0 < crop <= resize.
-  static vision::Pipeline preset(const Options& options);
-  static vision::Pipeline default_pipeline();  // preset(Options{})
+  static vision::Pipeline preset(const ImageFolderOptions& options);
+  static vision::Pipeline default_pipeline();  // preset(ImageFolderOptions{})
 
   // Lists the images. Throws stoker::Error when root is not a directory, has no class
   // directories, or a class has no image; std::invalid_argument for bad options.
   explicit ImageFolderDataset(const std::string& root)
       : ImageFolderDataset(root, default_pipeline()) {}
   ImageFolderDataset(const std::string& root, vision::Pipeline pipeline);
-  ImageFolderDataset(const std::string& root, const Options& options)
+  ImageFolderDataset(const std::string& root, const ImageFolderOptions& options)
       : ImageFolderDataset(root, preset(options)) {}
 
   std::size_t size() const noexcept { return files_.size(); }

@@ -16,15 +16,12 @@ namespace stoker {
 // An MDS directory that cannot be read: a malformed index.json, a missing shard, a hash
 // mismatch, an encoding stoker does not read (pickle is refused), a damaged sample. what()
 // names index.json or the shard, the sample when there is one, and what to do.
-class MdsError : public Error {
+// path() is index.json or the shard file the error is about; offset() the sample's byte offset
+// in the shard when the error is about one sample, else 0.
+class MdsError : public ShardError {
  public:
-  MdsError(std::string message, std::string path)
-      : Error(std::move(message)), path_(std::move(path)) {}
-  // index.json or the shard file the error is about.
-  const std::string& path() const noexcept { return path_; }
-
- private:
-  std::string path_;
+  MdsError(std::string message, std::string path, std::uint64_t offset = 0)
+      : ShardError(std::move(message), std::move(path), offset) {}
 };
 
 // ShardOptions (the columns to keep, by name; their decoders; where verification results are
@@ -41,6 +38,10 @@ struct MdsOptions : ShardOptions {
 
 class MdsDataset : public ShardedDataset {
  public:
+  // Both spellings: ds.stream(stream_options) streams this dataset's shards (ShardedDataset's),
+  // and the static MdsDataset::stream(directory, ...) below makes one from a directory.
+  using ShardedDataset::stream;
+
   // Main process: reads `directory`/index.json and checks each shard's raw file (its size,
   // sample count and, with verify_hashes, its hash). Throws MdsError naming the file for a
   // malformed index, a missing or wrong-sized shard, a hash mismatch, or a pkl column the

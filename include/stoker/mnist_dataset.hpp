@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -17,6 +18,9 @@
 #include "stoker/tensor.hpp"
 
 namespace stoker {
+namespace detail {
+class MappedFile;
+}
 
 // An IDX file's header: 0, 0, a type code, the number of dimensions, then each dimension as a
 // big-endian uint32; the data follows, big-endian, row-major.
@@ -63,7 +67,8 @@ class MnistDataset {
 
   std::size_t size() const noexcept { return size_; }
   // "image": [1, rows, cols] of options.image_dtype (uint8: a view of the file's bytes);
-  // "label": an int64 scalar. Either process. Throws std::out_of_range for i >= size().
+  // "label": an int64 scalar. Either process. Throws std::out_of_range for i >= size();
+  // stoker::ShardError naming the images file when it has shrunk since it was opened.
   Sample get(std::size_t i) const;
 
   bool is_train() const noexcept { return mode_ == Mode::kTrain; }
@@ -79,6 +84,7 @@ class MnistDataset {
   std::size_t size_ = 0;
   Tensor images_;
   Tensor labels_;
+  std::shared_ptr<const detail::MappedFile> images_file_;  // plain files: the mapping images_ views
   std::string images_path_;
   std::string labels_path_;
 };

@@ -62,7 +62,9 @@ class NpyDataset {
 
   std::size_t size() const noexcept { return size_; }
   // Either process. Little-endian fields are views into the mapping; big-endian ones are
-  // swapped copies. Throws std::out_of_range for i >= size().
+  // swapped copies. Throws std::out_of_range for i >= size(); stoker::ShardError naming the file
+  // and the row's offset when the file has shrunk since it was opened (no SIGBUS: see
+  // docs/datasets.md).
   Sample get(std::size_t i) const;
   // The header of a field's file. Throws std::out_of_range for an unknown field.
   const NpyArray& array(std::string_view field) const;
@@ -76,6 +78,7 @@ class NpyDataset {
     std::size_t sample_bytes = 0;
     std::shared_ptr<const detail::MappedFile> mapping;
   };
+  [[noreturn]] void throw_shrunk(const FieldFile& field, std::size_t i, std::size_t at) const;
   std::vector<FieldFile> fields_;
   std::size_t size_ = 0;
 };

@@ -61,6 +61,10 @@ struct LoaderOptions {
   bool persistent_workers = false;  // keep workers (and their prefetch) across epochs
   bool in_order = true;             // deliver batches in order; false: whichever is ready first
   std::chrono::milliseconds timeout{0};  // longest wait for one batch; 0 waits forever
+  // The longest wait for a batch that only the program can unblock: every slot the next batch
+  // could use is held by a Batch it keeps, and another thread might release one. 0: as long as
+  // `timeout`. A process with one thread gets HeldBatchesTimeout at once either way.
+  std::chrono::milliseconds held_timeout{0};
   std::uint64_t seed = 0;  // shuffle order, sample_rng() and WorkerInfo::seed derive from it
   // The epoch's indices come from `sampler` (then shuffle must be false), or its batches from
   // `batch_sampler` (then batch_size must stay 1, shuffle and drop_last false, sampler null),
@@ -69,6 +73,12 @@ struct LoaderOptions {
   std::shared_ptr<BatchSamplerBase> batch_sampler;
   CollateFn collate;  // empty: stack every field (StackCollator)
   std::function<void(std::size_t worker_id)> worker_init;  // runs first in each worker
+  // Runs in the main process while a fetch sleeps waiting for a batch: whenever a signal
+  // interrupts the sleep, and at least every kOnWaitInterval while it lasts. An exception it
+  // throws ends the epoch (its workers are stopped, as after a timeout) and propagates out of
+  // the fetch. This is how an embedding runtime delivers Ctrl-C to a consumer blocked in a
+  // fetch (the Python package raises KeyboardInterrupt from it); empty: not called.
+  std::function<void()> on_wait;
   // The size of a batch slot: it holds a header (~4 KiB), the batch's indices, its fields and
   // their description. Address space is reserved for every slot; memory is committed only as
   // batches need it. A batch that does not fit is an error naming this option.
@@ -124,6 +134,9 @@ struct LoaderOptions {
   // batches at each request. Empty: the STOKER_TRACE environment variable, when set.
   std::string trace_path;
 };
+
+// The longest a waiting fetch sleeps between two calls of LoaderOptions::on_wait.
+inline constexpr std::chrono::milliseconds kOnWaitInterval{100};
 
 // LoaderOptions::num_workers = kAuto: recommend_num_workers() decides, at the first epoch.
 inline constexpr int kAuto = -1;

@@ -3,7 +3,8 @@
 // epoch, in the main process, passing the epoch number; the randomness of the built-in ones
 // depends only on their seed and that epoch, so an epoch can be reproduced, or resumed, with
 // any num_workers. PyTorch's samplers, with the same semantics; a user sampler implements one
-// method.
+// method. ShardShuffle is the order for sharded datasets on many ranks: few shards read at a
+// time, and the same global batches, resumable, at any world size (docs/distributed.md).
 #pragma once
 
 #include <concepts>
@@ -11,11 +12,26 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace stoker {
 
 struct LaunchOverrides;  // distributed.hpp
+class ShardedDataset;    // shards.hpp
+
+// What DataLoader::state() records of a sampler's order, and what load_state() checks.
+struct OrderInfo {
+  // What must be the same for a saved state to resume: the sampler's kind and the parameters
+  // its order depends on, as one line of text. Empty (the default): nothing is checked.
+  std::string key;
+  // The ranks the epoch is split over, and this process's rank among them. A state that lists
+  // batches handed out of order (in_order = false) resumes only on the same rank of the same
+  // world size; one without them on any rank (and, when `key` leaves the world size out, at
+  // any world size).
+  std::size_t world_size = 1;
+  std::size_t rank = 0;
+};
 
 // The interface of user samplers.
 class Sampler {
@@ -25,6 +41,8 @@ class Sampler {
   // once per DataLoader::begin(). An index past the dataset's end makes begin() throw
   // std::out_of_range naming it.
   virtual std::vector<std::size_t> indices(std::uint64_t epoch) = 0;
+  // See OrderInfo. Main process, by DataLoader::state() and load_state().
+  virtual OrderInfo order_info() const { return {}; }
 };
 
 // 0, 1, ..., n - 1.
@@ -115,6 +133,10 @@ class DistributedSampler final : public Sampler {
       : DistributedSampler(dataset_size, num_replicas, rank, Options{shuffle, seed, drop_last}) {}
 
   std::vector<std::size_t> indices(std::uint64_t epoch) override;
+  // The key names the seed, shuffle, drop_last, num_replicas and dataset size: a state saved
+  // with one world size is refused at another (each rank's shard would change; ShardShuffle
+  // keeps them).
+  OrderInfo order_info() const override;
   // The shard of this process, with rank and world size from the launcher's environment (see
   // detect_launch() in distributed.hpp); explicit overrides win. Throws as detect_launch().
   static DistributedSampler from_env(std::size_t dataset_size);
@@ -146,6 +168,8 @@ class BatchSamplerBase {
   virtual ~BatchSamplerBase() = default;
   // Main process; called once per DataLoader::begin(). Empty batches are not allowed.
   virtual std::vector<std::vector<std::size_t>> batches(std::uint64_t epoch) = 0;
+  // See OrderInfo. Main process, by DataLoader::state() and load_state().
+  virtual OrderInfo order_info() const { return {}; }
 };
 
 // Groups a sampler's indices into batches of batch_size (the last one shorter, or dropped).
@@ -159,6 +183,92 @@ class BatchSampler final : public BatchSamplerBase {
   std::shared_ptr<Sampler> sampler_;
   std::size_t batch_size_;
   bool drop_last_;
+};
+
+// A shard-aware order split over ranks, for datasets stored in shards (ShardedDataset, or any
+// map-style dataset whose index i lies in shard s when first(s) <= i < first(s + 1)): set it as
+// LoaderOptions::batch_sampler (batch_size stays 1). Each epoch is a pure function of (seed,
+// epoch, shard sizes, canonical_partitions, shuffle_block, global_batch_size):
+//   - the shards are shuffled and cut into canonical_partitions ranges of equal sample counts;
+//   - each partition's samples are shuffled within blocks of shuffle_block samples, so a
+//     shard's samples are read within one or two blocks: few shards are read at a time (by
+//     default the block's shards are interleaved at random, each read front to back, so the
+//     reads of a shard stay sequential; BlockOrder::kPermute puts every sample anywhere in
+//     its block);
+//   - global batch k is global_batch_size / canonical_partitions samples of each partition in
+//     turn, and rank r's batch k is its r-th of num_replicas equal slices of global batch k.
+// So global batch k (the ranks' batches k, in rank order) is the same for any num_replicas and
+// num_workers, and DataLoader::state() saved at one world size resumes at another: the state
+// counts global batches. Every rank gets num_batches() batches of batch_size() samples; the
+// last global batch, when the samples do not fill it, is padded by repeating the end of the
+// batch before it (drop_last: left out). Every sample appears once an epoch (padding apart).
+class ShardShuffle final : public BatchSamplerBase {
+ public:
+  // shuffle_block == 0 means this many times the mean shard size (bench/shard_order.cpp
+  // measured it: see docs/distributed.md).
+  static constexpr std::uint64_t kDefaultBlockShards = 4;
+
+  // How a block's samples are ordered.
+  enum class BlockOrder : std::uint8_t {
+    kInterleave,  // the block's shards merged in a random order, each shard's samples in
+                  // record order: each shard is read front to back (sequential reads)
+    kPermute,     // a random permutation of the block: random reads within each shard
+  };
+
+  struct Options {
+    // Required: the samples of one training step, summed over every rank. Must be a multiple
+    // of canonical_partitions and of num_replicas.
+    std::size_t global_batch_size = 0;
+    // Fixed for the life of a run (every resume): the ranks of any later world size read
+    // their samples from num_replicas / canonical_partitions partitions each, or share one.
+    // Best: the largest number of nodes (or ranks) the run may use, or a multiple of it.
+    std::size_t canonical_partitions = 1;
+    // Samples per block (0: kDefaultBlockShards x the mean shard size).
+    std::uint64_t shuffle_block = 0;
+    BlockOrder block_order = BlockOrder::kInterleave;
+    bool shuffle = true;  // false: shards in the order given, samples in shard order
+    std::uint64_t seed = 0;
+    bool drop_last = false;
+  };
+
+  // shard_sizes: samples per shard, in dataset index order. Throws std::invalid_argument
+  // naming the option: global_batch_size 0 or not a multiple of canonical_partitions or of
+  // num_replicas, canonical_partitions 0, num_replicas 0, rank >= num_replicas.
+  ShardShuffle(std::vector<std::uint64_t> shard_sizes, std::size_t num_replicas, std::size_t rank,
+               Options options);
+  // The shard sizes of a ShardedDataset (WebDatasetShards, TFRecordDataset, MdsDataset).
+  ShardShuffle(const ShardedDataset& dataset, std::size_t num_replicas, std::size_t rank,
+               Options options);
+  // num_replicas and rank from the launcher's environment (detect_launch() in
+  // distributed.hpp); explicit overrides win. Throws as detect_launch() and the constructor.
+  static ShardShuffle from_env(std::vector<std::uint64_t> shard_sizes, Options options,
+                               const LaunchOverrides& overrides);
+  static ShardShuffle from_env(std::vector<std::uint64_t> shard_sizes, Options options);
+  static ShardShuffle from_env(const ShardedDataset& dataset, Options options);
+
+  // This rank's batches of `epoch`: batch k is its slice of global batch k. Main process.
+  std::vector<std::vector<std::size_t>> batches(std::uint64_t epoch) override;
+  // The key leaves the world size out: a state resumes at any num_replicas.
+  OrderInfo order_info() const override;
+  // Global batch k of `epoch`, every rank's part in rank order (k < num_batches()).
+  // Throws std::out_of_range for k >= num_batches(). Either process.
+  std::vector<std::size_t> global_batch(std::uint64_t epoch, std::size_t k) const;
+
+  std::size_t num_batches() const noexcept;  // per epoch; the same on every rank
+  std::size_t batch_size() const noexcept { return options_.global_batch_size / num_replicas_; }
+  std::uint64_t shuffle_block() const noexcept { return block_; }       // resolved
+  std::uint64_t num_samples() const noexcept { return first_.back(); }  // in the dataset
+  std::size_t num_shards() const noexcept { return first_.size() - 1; }
+  std::size_t num_replicas() const noexcept { return num_replicas_; }
+  std::size_t rank() const noexcept { return rank_; }
+  const Options& options() const noexcept { return options_; }
+
+ private:
+  std::vector<std::uint64_t> first_;  // each shard's first index, then the sample count
+  std::size_t num_replicas_;
+  std::size_t rank_;
+  Options options_;
+  std::uint64_t block_;
 };
 
 }  // namespace stoker

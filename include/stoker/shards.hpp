@@ -179,9 +179,12 @@ class ShardedDataset {
   ~ShardedDataset();
 
   std::size_t size() const noexcept;
-  // Either process. Reads the record with one positioned read into a buffer this copy reuses,
-  // then decodes its fields. Throws std::out_of_range for index >= size(), stoker::Error naming
-  // the shard, the record and its offset for a record that cannot be read or decoded.
+  // Either process. Reads the record with one positioned read into a buffer this copy reuses
+  // (or from a mapping of the file, for TFRecord and MDS), then decodes its fields. Throws
+  // std::out_of_range for index >= size(); stoker::ShardError (errors.hpp; the format's own
+  // type derives from it) naming the shard, the record and its offset for a record that cannot
+  // be read: damaged, cut short, or in a file that shrank while it was read; stoker::Error for
+  // one whose fields cannot be decoded.
   Sample get(std::size_t index);
 
   std::size_t num_shards() const noexcept;
@@ -222,9 +225,10 @@ class ShardedDataset {
 // plan_stream_split, and each worker reads its stream through the shuffle buffer. sample_rng()
 // inside a record's decoding is seeded by the record's dataset index (as map-style get() of
 // that index is), so augmentation does not depend on num_workers; the delivery order depends on
-// (seed, epoch, world_size, num_workers). A record that cannot be read or decoded throws from
-// next() (the loader reports it, or skips it under kSkip) and the stream reads one record more,
-// so every stream still delivers exactly per_stream good records.
+// (seed, epoch, world_size, num_workers). A record that cannot be read (a stoker::ShardError) or
+// decoded (a stoker::Error) throws from next() (the loader reports it, or skips it under kSkip)
+// and the stream reads one record more, so every stream still delivers exactly per_stream good
+// records.
 class ShardedStream {
  public:
   ShardedStream(const ShardedStream& other);

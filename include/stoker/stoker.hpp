@@ -10,6 +10,7 @@
 #include "stoker/diagnose.hpp"
 #include "stoker/distributed.hpp"
 #include "stoker/errors.hpp"
+#include "stoker/fork_hooks.hpp"
 #include "stoker/image_folder_dataset.hpp"
 #include "stoker/image_list_dataset.hpp"
 #include "stoker/mds_dataset.hpp"

@@ -8,7 +8,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <span>
 #include <string>
 #include <string_view>
@@ -21,19 +20,13 @@
 
 namespace stoker {
 
-// A record that cannot be read: a bad checksum, a corrupt header, a truncated file. what() is
-// "TFRecordDataset: <file>: record <n> at byte <offset>: <what was wrong>; <what to do>".
-class TFRecordError : public Error {
+// A record that cannot be read: a bad checksum, a corrupt header, a truncated file, a file that
+// shrank while it was read. what() is "TFRecordDataset: <file>: record <n> at byte <offset>:
+// <what was wrong>; <what to do>"; offset() is the record's byte offset in the file (in the
+// decompressed stream, for gzip and zlib files).
+class TFRecordError : public ShardError {
  public:
-  TFRecordError(std::string message, std::string path, std::uint64_t offset)
-      : Error(std::move(message)), path_(std::move(path)), offset_(offset) {}
-  const std::string& path() const noexcept { return path_; }
-  // The record's byte offset in the file (in the decompressed stream, for gzip and zlib files).
-  std::uint64_t offset() const noexcept { return offset_; }
-
- private:
-  std::string path_;
-  std::uint64_t offset_ = 0;
+  using ShardError::ShardError;
 };
 
 // ShardOptions (the fields to keep, their decoders, the index cache) and TFRecord's own.
@@ -48,6 +41,10 @@ struct TFRecordOptions : ShardOptions {
 
 class TFRecordDataset : public ShardedDataset {
  public:
+  // Both spellings: ds.stream(stream_options) streams this dataset's shards (ShardedDataset's),
+  // and the static TFRecordDataset::stream(files, ...) below makes a stream from files.
+  using ShardedDataset::stream;
+
   // Main process: indexes each file (once: the index is cached beside it, see ShardOptions),
   // in the order given (expand_shards() expands "train-{00000..00099}.tfrecord"). Throws
   // std::invalid_argument for no files, or a gzip/zlib file or pipe (they cannot be read at
@@ -65,8 +62,8 @@ class TFRecordDataset : public ShardedDataset {
                               TFRecordOptions options = {});
 };
 
-// Writes a TFRecord file (plain, as TensorFlow's TFRecordWriter without compression). Main or
-// worker process; one thread.
+// Writes a TFRecord file (plain, as TensorFlow's TFRecordWriter without compression), one of
+// the writers' family (webdataset.hpp). Main or worker process; one thread.
 class TFRecordWriter {
  public:
   // Creates or truncates `path`. Throws stoker::Error naming it when it cannot be opened.
@@ -85,13 +82,19 @@ class TFRecordWriter {
   // Throws std::invalid_argument for a field of another dtype (float16, bfloat16), and as
   // write().
   void write_example(const Sample& features);
-  // Flushes and closes. Throws stoker::Error naming the file when that fails.
-  void close();
+  // The writers' spelling of write_example (webdataset.hpp describes the family).
+  void write(const Sample& sample) { write_example(sample); }
+  // Flushes and closes; returns the file written ({path}; again when called twice). Throws
+  // stoker::Error naming the file when that fails.
+  std::vector<std::string> close();
   std::size_t records() const noexcept { return records_; }
+  std::uint64_t samples_written() const noexcept { return records_; }
 
  private:
+  void flush();
   std::string path_;
-  std::FILE* file_ = nullptr;
+  int fd_ = -1;
+  std::vector<std::byte> pending_;  // framed records not yet written
   std::size_t records_ = 0;
 };
 

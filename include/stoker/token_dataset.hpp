@@ -20,30 +20,35 @@ namespace detail {
 class MappedFile;
 }
 
+enum class TokenFormat : std::uint8_t {
+  kDetect,  // llm.c when the file starts with the magic 20240520, headerless otherwise
+  kLlmc,
+  kRaw,  // nanoGPT: uint16 tokens and nothing else
+};
+
+struct TokenOptions {
+  std::size_t context = 1024;         // tokens per window (T)
+  std::optional<std::size_t> stride;  // between window starts; default: context (no overlap)
+  // Of "input" and "target". kUInt16 serves the shard's tokens as they are (views, no
+  // conversion); kInt32 and kInt64 (what embedding layers usually take) convert.
+  DType dtype = DType::kInt64;
+  TokenFormat format = TokenFormat::kDetect;
+};
+
 class TokenDataset {
  public:
-  enum class Format : std::uint8_t {
-    kDetect,  // llm.c when the file starts with the magic 20240520, headerless otherwise
-    kLlmc,
-    kRaw,  // nanoGPT: uint16 tokens and nothing else
-  };
-  struct Options {
-    std::size_t context = 1024;         // tokens per window (T)
-    std::optional<std::size_t> stride;  // between window starts; default: context (no overlap)
-    // Of "input" and "target". kUInt16 serves the shard's tokens as they are (views, no
-    // conversion); kInt32 and kInt64 (what embedding layers usually take) convert.
-    DType dtype = DType::kInt64;
-    Format format = Format::kDetect;
-  };
+  using Format = TokenFormat;
+  using Options [[deprecated("TokenOptions is now stoker::TokenOptions")]] = TokenOptions;
 
   // Throws stoker::Error for a file that cannot be opened or mapped, and for a bad llm.c
   // header, a token count that disagrees with the file's size, or an odd-sized raw file
   // (naming the file); std::invalid_argument for bad options or no shards.
   explicit TokenDataset(std::vector<std::string> shards) : TokenDataset(std::move(shards), {}) {}
-  TokenDataset(std::vector<std::string> shards, Options options);
+  TokenDataset(std::vector<std::string> shards, TokenOptions options);
 
   std::size_t size() const noexcept { return windows_; }
-  // Either process. Throws std::out_of_range for i >= size().
+  // Either process. Throws std::out_of_range for i >= size(); stoker::ShardError naming the
+  // shard and the window's offset when the shard has shrunk since it was opened.
   Sample get(std::size_t i) const;
   std::size_t num_tokens() const noexcept;
 
@@ -59,7 +64,7 @@ class TokenDataset {
   const std::vector<Shard>& shards() const noexcept { return shards_; }
 
  private:
-  Options options_;
+  TokenOptions options_;
   std::size_t stride_;
   std::vector<Shard> shards_;
   std::size_t windows_ = 0;

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 #include "os/log.hpp"
@@ -107,6 +108,21 @@ DistributedSampler DistributedSampler::from_env(std::size_t dataset_size, Option
                                                 const LaunchOverrides& overrides) {
   const LaunchInfo info = detect_launch(overrides);
   return DistributedSampler(dataset_size, info.world_size, info.rank, options);
+}
+
+ShardShuffle ShardShuffle::from_env(std::vector<std::uint64_t> shard_sizes, Options options,
+                                    const LaunchOverrides& overrides) {
+  const LaunchInfo info = detect_launch(overrides);
+  return ShardShuffle(std::move(shard_sizes), info.world_size, info.rank, options);
+}
+
+ShardShuffle ShardShuffle::from_env(std::vector<std::uint64_t> shard_sizes, Options options) {
+  return from_env(std::move(shard_sizes), options, LaunchOverrides{});
+}
+
+ShardShuffle ShardShuffle::from_env(const ShardedDataset& dataset, Options options) {
+  const LaunchInfo info = detect_launch();
+  return ShardShuffle(dataset, info.world_size, info.rank, options);
 }
 
 }  // namespace stoker

@@ -28,7 +28,7 @@ bool is_image(const std::filesystem::path& p) {
 
 }  // namespace
 
-vision::Pipeline ImageFolderDataset::preset(const Options& options) {
+vision::Pipeline ImageFolderDataset::preset(const ImageFolderOptions& options) {
   if (options.crop <= 0 || options.resize < options.crop || options.resize > (1 << 30)) {
     throw std::invalid_argument(fmt::format(
         "ImageFolderDataset: crop is {} and resize {}; they must satisfy 0 < crop <= resize",
@@ -42,7 +42,7 @@ vision::Pipeline ImageFolderDataset::preset(const Options& options) {
   return pipeline;
 }
 
-vision::Pipeline ImageFolderDataset::default_pipeline() { return preset(Options{}); }
+vision::Pipeline ImageFolderDataset::default_pipeline() { return preset(ImageFolderOptions{}); }
 
 ImageFolderDataset::ImageFolderDataset(const std::string& root, vision::Pipeline pipeline)
     : pipeline_(std::move(pipeline)) {

@@ -2,9 +2,6 @@
 // ImageFolderDataset.
 #include "stoker/image_list_dataset.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <stdexcept>
 #include <vector>
@@ -22,15 +19,14 @@ namespace detail {
 std::span<const std::uint8_t> read_image_file(const std::string& path, std::string_view who) {
   // Per thread, reused: reading an image costs no allocation once the buffer has grown.
   thread_local std::vector<std::uint8_t> buffer;
-  posix::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  posix::Fd fd(posix::open_read(path.c_str()));
   if (!fd.valid()) {
     throw Error(posix::errno_message(fmt::format("{}: cannot open {}", who, path), errno));
   }
   std::size_t used = 0;
   for (;;) {
     if (buffer.size() < used + 65536) buffer.resize(used + 65536);
-    const ssize_t n = ::read(fd.get(), buffer.data() + used, buffer.size() - used);
-    if (n < 0 && errno == EINTR) continue;
+    const ssize_t n = posix::read_some(fd.get(), buffer.data() + used, buffer.size() - used);
     if (n < 0) {
       throw Error(posix::errno_message(fmt::format("{}: cannot read {}", who, path), errno));
     }

@@ -1,5 +1,7 @@
 #include "stoker/mnist_dataset.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -10,12 +12,9 @@
 
 #include <fmt/format.h>
 
+#include "datasets/shards/byte_source.hpp"
 #include "os/mapped_file.hpp"
 #include "os/posix.hpp"
-
-#if STOKER_HAS_ZLIB
-#include <zlib.h>
-#endif
 
 namespace stoker {
 namespace {
@@ -51,6 +50,7 @@ std::string dims_text(const std::vector<std::uint64_t>& dims) {
 // A file's bytes and what keeps them alive (a mapping or a decompressed buffer).
 struct FileBytes {
   std::shared_ptr<const void> owner;
+  std::shared_ptr<const detail::MappedFile> mapping;  // plain files
   std::span<const std::byte> bytes;
   bool complete = true;  // false: reading stopped before the end of the file (gzip only)
 };
@@ -59,41 +59,33 @@ bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-#if STOKER_HAS_ZLIB
-// Decompresses a gzip file: its header first, then as many bytes as the header promises and
-// one more (to tell a longer file), so neither a corrupt header nor a decompression bomb makes
-// this allocate more than the data that is there.
+// Decompresses a gzip file (zlib's inflate, as every gzip stoker reads: byte_source.hpp): its
+// header first, then as many bytes as the header promises and one more (to tell a longer
+// file), so neither a corrupt header nor a decompression bomb makes this allocate more than the
+// data that is there.
 FileBytes read_gzip(const std::string& path) {
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    throw Error(
-        detail::posix::errno_message(fmt::format("MnistDataset: cannot open {}", path), errno));
-  }
-  const std::unique_ptr<gzFile_s, int (*)(gzFile)> closer(file, gzclose);
+  const std::unique_ptr<detail::StreamSource> source =
+      detail::open_stream_source(path, 0, "MnistDataset");
   auto buffer = std::make_shared<std::vector<std::byte>>();
   const auto read_more = [&](std::size_t want) {
     const std::size_t have = buffer->size();
     buffer->resize(have + want);
     std::size_t got = 0;
-    bool failed = false;
-    while (got < want) {
-      const auto chunk = static_cast<unsigned>(std::min<std::size_t>(want - got, 1U << 20));
-      const int n = gzread(file, buffer->data() + have + got, chunk);
-      if (n <= 0) {
-        failed = n < 0;
-        break;
+    try {
+      while (got < want) {
+        const std::size_t chunk = std::min<std::size_t>(want - got, std::size_t{1} << 20);
+        const std::size_t n =
+            source->read(std::span<std::byte>(buffer->data() + have + got, chunk));
+        if (n == 0) break;
+        got += n;
       }
-      got += static_cast<std::size_t>(n);
+    } catch (const Error& e) {
+      throw IdxFormatError(fmt::format(
+          "MnistDataset: {}: the gzip data is cut short or corrupt after {} bytes ({}); download "
+          "the file again",
+          path, have + got, e.what()));
     }
     buffer->resize(have + got);
-    int code = Z_OK;
-    const char* message = gzerror(file, &code);
-    if (failed || code != Z_OK) {
-      throw IdxFormatError(fmt::format(
-          "MnistDataset: {}: the gzip data is cut short or corrupt ({}) after {} bytes; "
-          "download the file again",
-          path, message, buffer->size()));
-    }
     return got == want;
   };
   read_more(4);
@@ -115,21 +107,11 @@ FileBytes read_gzip(const std::string& path) {
   out.owner = std::move(buffer);
   return out;
 }
-#endif
 
 FileBytes read_file(const std::string& path) {
-  if (ends_with(path, ".gz")) {
-#if STOKER_HAS_ZLIB
-    return read_gzip(path);
-#else
-    throw Error(fmt::format(
-        "MnistDataset: {} is gzip-compressed and this stoker was built without zlib (Debian: "
-        "zlib1g-dev); decompress it (gunzip {}) or rebuild stoker with zlib",
-        path, path));
-#endif
-  }
-  std::error_code ec;
-  if (std::filesystem::file_size(path, ec) == 0 && !ec) {
+  if (ends_with(path, ".gz")) return read_gzip(path);
+  struct ::stat st {};
+  if (detail::posix::stat_path(path.c_str(), st) && st.st_size == 0) {
     throw IdxFormatError(fmt::format(
         "MnistDataset: {} is empty (0 bytes); the download failed: download it again", path));
   }
@@ -137,7 +119,8 @@ FileBytes read_file(const std::string& path) {
       detail::MappedFile::open(path, "MnistDataset");
   FileBytes out;
   out.bytes = mapping->bytes();
-  out.owner = std::move(mapping);
+  out.owner = mapping;
+  out.mapping = std::move(mapping);
   return out;
 }
 
@@ -170,9 +153,9 @@ std::string find_file(const std::string& root, std::string_view prefix, std::str
   std::vector<std::string> tried;
   for (const char* suffix : {"", ".gz"}) {
     for (const std::string& name : names) {
-      const std::filesystem::path path = std::filesystem::path(root) / (name + suffix);
-      std::error_code ec;
-      if (std::filesystem::is_regular_file(path, ec)) return path.string();
+      const std::string path = (std::filesystem::path(root) / (name + suffix)).string();
+      struct ::stat st {};
+      if (detail::posix::stat_path(path.c_str(), st) && S_ISREG(st.st_mode)) return path;
       tried.push_back(name + suffix);
     }
   }
@@ -285,6 +268,9 @@ MnistDataset::MnistDataset(const std::string& root, Mode mode, MnistOptions opti
   std::int64_t* out = labels_.data<std::int64_t>();
   const std::byte* in = labels.bytes.data() + label_header.data_offset;
   for (std::size_t i = 0; i < size_; ++i) out[i] = static_cast<std::int64_t>(in[i]);
+  if (labels.mapping) labels.mapping->check("MnistDataset", 0);
+  images_file_ = images.mapping;
+  if (images_file_) images_file_->check("MnistDataset", 0);
 }
 
 Sample MnistDataset::get(std::size_t i) const {
@@ -302,6 +288,13 @@ Sample MnistDataset::get(std::size_t i) const {
     float* dst = pixels.data<float>();
     for (std::size_t p = 0; p < image.numel(); ++p) dst[p] = static_cast<float>(src[p]) / 255.0f;
     image = std::move(pixels);
+  }
+  // After the pixels were read (float32), before a view of them is handed out (uint8).
+  if (images_file_ && !images_file_->intact()) {
+    const std::size_t row = images_.nbytes() / std::max<std::size_t>(size_, 1);
+    const std::size_t at = images_file_->size() - images_.nbytes() + i * row;
+    images_file_->throw_shrunk(
+        fmt::format("MnistDataset::get: image {} (bytes {} to {})", i, at, at + row), at);
   }
   sample.set("image", std::move(image));
   sample.set("label", labels_.row(i));

@@ -335,6 +335,7 @@ NpyDataset::NpyDataset(std::vector<std::pair<std::string, std::string>> field_fi
         detail::MappedFile::open(path, "NpyDataset");
     const std::size_t file_size = mapping->size();
     field.array = parse_npy_header(mapping->bytes(), path);
+    mapping->check("NpyDataset", 0);
     const NpyArray& a = field.array;
     if (a.data_bytes > file_size - std::min(file_size, a.data_offset)) {
       throw NpyFormatError(fmt::format(
@@ -375,8 +376,11 @@ Sample NpyDataset::get(std::size_t i) const {
   }
   Sample s;
   for (const FieldFile& field : fields_) {
-    const std::byte* row = field.mapping->data() + field.array.data_offset + i * field.sample_bytes;
+    const std::size_t at = field.array.data_offset + i * field.sample_bytes;
+    const std::byte* row = field.mapping->data() + at;
     if (!field.array.big_endian) {
+      // A file cut since it was opened: an error now rather than a view of zeros.
+      if (!field.mapping->intact()) throw_shrunk(field, i, at);
       // Read-only memory: the view must not be written to.
       s.set(field.name, Tensor::view(field.array.dtype, field.sample_shape,
                                      const_cast<std::byte*>(row), field.mapping));
@@ -388,9 +392,16 @@ Sample NpyDataset::get(std::size_t i) const {
     for (std::size_t e = 0; e < field.sample_bytes; e += width) {
       for (std::size_t b = 0; b < width; ++b) out[e + b] = row[e + width - 1 - b];
     }
+    if (!field.mapping->intact()) throw_shrunk(field, i, at);
     s.set(field.name, std::move(swapped));
   }
   return s;
+}
+
+void NpyDataset::throw_shrunk(const FieldFile& field, std::size_t i, std::size_t at) const {
+  field.mapping->throw_shrunk(fmt::format("NpyDataset::get: field '{}' row {} (bytes {} to {})",
+                                          field.name, i, at, at + field.sample_bytes),
+                              at);
 }
 
 const NpyArray& NpyDataset::array(std::string_view field) const {

@@ -171,6 +171,16 @@ std::vector<std::size_t> DistributedSampler::indices(std::uint64_t epoch) {
   return out;
 }
 
+OrderInfo DistributedSampler::order_info() const {
+  OrderInfo info;
+  info.key = fmt::format("distributed/1 seed={} shuffle={} drop_last={} replicas={} samples={}",
+                         options_.seed, options_.shuffle ? 1 : 0, options_.drop_last ? 1 : 0,
+                         num_replicas_, dataset_size_);
+  info.world_size = num_replicas_;
+  info.rank = rank_;
+  return info;
+}
+
 BatchSampler::BatchSampler(std::shared_ptr<Sampler> sampler, std::size_t batch_size, bool drop_last)
     : sampler_(std::move(sampler)), batch_size_(batch_size), drop_last_(drop_last) {
   if (!sampler_) throw std::invalid_argument("BatchSampler: the sampler is null");

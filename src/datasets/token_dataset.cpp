@@ -12,7 +12,7 @@
 
 namespace stoker {
 
-TokenDataset::TokenDataset(std::vector<std::string> shards, Options options)
+TokenDataset::TokenDataset(std::vector<std::string> shards, TokenOptions options)
     : options_(options), stride_(options.stride.value_or(options.context)) {
   if (shards.empty()) throw std::invalid_argument("TokenDataset: no shard files given");
   if (options_.context == 0) throw std::invalid_argument("TokenDataset: context must be >= 1");
@@ -29,6 +29,7 @@ TokenDataset::TokenDataset(std::vector<std::string> shards, Options options)
     const std::size_t size = shard.file->size();
     std::int32_t header[3] = {0, 0, 0};
     if (size >= sizeof header) std::memcpy(header, shard.file->data(), sizeof header);
+    shard.file->check("TokenDataset", 0);
     shard.llmc = options_.format == Format::kLlmc ||
                  (options_.format == Format::kDetect && header[0] == kLlmcMagic);
     std::size_t offset = 0;
@@ -89,8 +90,17 @@ Sample TokenDataset::get(std::size_t i) const {
   const Shard& shard = *(it - 1);
   const std::uint16_t* start = shard.data + (i - shard.first_window) * stride_;
   const auto t = static_cast<std::int64_t>(options_.context);
+  const auto shrunk = [&] {
+    const auto at =
+        static_cast<std::size_t>(reinterpret_cast<const std::byte*>(start) - shard.file->data());
+    shard.file->throw_shrunk(fmt::format("TokenDataset::get: window {} (bytes {} to {})", i, at,
+                                         at + 2 * (options_.context + 1)),
+                             at);
+  };
   Sample s;
   if (options_.dtype == DType::kUInt16) {
+    // A file cut since it was opened: an error now rather than views of zeros.
+    if (!shard.file->intact()) shrunk();
     auto* first = const_cast<std::uint16_t*>(start);  // read-only memory: views must not be written
     s.set("input", Tensor::view(DType::kUInt16, {t}, first, shard.file));
     s.set("target", Tensor::view(DType::kUInt16, {t}, first + 1, shard.file));
@@ -113,6 +123,7 @@ Sample TokenDataset::get(std::size_t i) const {
       out[k] = start[k + 1];
     }
   }
+  if (!shard.file->intact()) shrunk();
   s.set("input", std::move(input));
   s.set("target", std::move(target));
   return s;

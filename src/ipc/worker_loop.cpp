@@ -14,6 +14,7 @@
 #include "data/buffer_cache.hpp"
 #include "data/error_text.hpp"
 #include "data/spin.hpp"
+#include "ipc/fork_hooks.hpp"
 #include "ipc/slot_writer.hpp"
 #include "ipc/worker_process.hpp"
 #include "os/assert.hpp"
@@ -88,6 +89,15 @@ void worker_main(const WorkerLaunch& launch, pid_t parent) noexcept {
   STOKER_ASSERT(ring.control().magic == kRingMagic && ring.control().version == kRingVersion,
                 "a worker serves a ring of this version");
   Channel& channel = ring.channel(launch.channel);
+  if (launch.fork_guard != nullptr) {
+    try {
+      // The child hooks (stoker/fork_hooks.hpp): an embedded interpreter repairs its state
+      // here, before worker_init or any batch runs its code.
+      launch.fork_guard->in_child();
+    } catch (...) {
+      exit_with_fatal(channel, "fork hook");
+    }
+  }
   // Slots are pre-faulted as batches need them (SlotWriter), not all up front: a fresh
   // worker's first batch then waits for one slot's page tables, not for all of them.
   std::optional<SlotMemory> memory;

@@ -22,6 +22,7 @@
 #include "data/buffer_cache.hpp"
 #include "data/error_text.hpp"
 #include "data/spin.hpp"
+#include "ipc/fork_hooks.hpp"
 #include "ipc/slot_writer.hpp"
 #include "os/proc.hpp"
 #include "stoker/errors.hpp"
@@ -123,8 +124,17 @@ WorkerProcess WorkerProcess::spawn(const WorkerLaunch& launch_in) {
 
   const pid_t parent = posix::self_pid();
   std::fflush(nullptr);  // or the child would inherit, and might flush, buffered output
+  std::optional<ForkGuard> hooks;
+  try {
+    hooks.emplace();  // the fork hooks' prepare step (stoker/fork_hooks.hpp)
+  } catch (...) {
+    unregister_lifeline(write_end.get());
+    throw;
+  }
+  launch.fork_guard = &*hooks;
   const pid_t pid = posix::fork_process();
-  if (pid == 0) worker_main(launch, parent);
+  if (pid == 0) worker_main(launch, parent);  // runs the child hooks
+  hooks->in_parent();
   if (pid < 0) {
     const int err = errno;
     unregister_lifeline(write_end.get());
@@ -271,7 +281,15 @@ ProbeResult run_probe_in_child(
   const bool registered = register_lifeline(lifeline.get());
   const pid_t parent = posix::self_pid();
   std::fflush(nullptr);
+  std::optional<ForkGuard> hooks;
+  try {
+    hooks.emplace();  // the fork hooks' prepare step (stoker/fork_hooks.hpp)
+  } catch (...) {
+    if (registered) unregister_lifeline(lifeline.get());
+    return result;  // nothing measured, as when fork() fails
+  }
   const pid_t pid = posix::fork_process();
+  if (pid != 0) hooks->in_parent();
   if (pid < 0) {
     if (registered) unregister_lifeline(lifeline.get());
     return result;
@@ -282,6 +300,11 @@ ProbeResult run_probe_in_child(
     close_lifelines_in_child(registered ? -1 : lifeline.get());
     reset_signals_in_child();  // a crash in get() ends the probe, not the program's crash handler
     watch_lifeline_in_child(lifeline_read.get(), parent);
+    try {
+      hooks->in_child();
+    } catch (...) {
+      ::_exit(1);  // measured nothing, as when get() throws
+    }
     // One record per sample, then an end marker: whatever arrived before a hang or a crash
     // still counts.
     const int out = write_end.get();

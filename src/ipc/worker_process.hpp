@@ -21,6 +21,8 @@
 
 namespace stoker::detail {
 
+class ForkGuard;
+
 // A worker that exits with this status wrote Channel::fatal first.
 inline constexpr int kExitFatalReported = 121;
 
@@ -65,6 +67,7 @@ struct WorkerLaunch {
   // one for their first milliseconds, which serialises the parts of batch 0 (WorkerPool).
   int first_task_cpu = -1;
   const std::function<void(std::size_t)>* worker_init = nullptr;
+  ForkGuard* fork_guard = nullptr;  // its child hooks run first in the worker (spawn sets it)
 };
 
 class WorkerProcess {

@@ -132,6 +132,14 @@ void LoaderCore::Impl::wait(Clock::time_point wait_start, bool held_blocked,
     }
     limit = left;
   }
+  if (held_blocked && options.held_timeout.count() > 0) {
+    const auto left = std::chrono::ceil<milliseconds>(wait_start + options.held_timeout - now);
+    if (left.count() <= 0) {
+      if (progress_possible()) return;
+      throw held_timeout(now - wait_start);
+    }
+    if (limit.count() < 0 || left < limit) limit = left;
+  }
   if (held_blocked) {
     const auto until_warning =
         std::chrono::ceil<milliseconds>(warned_at + kHeldWarningInterval - now);
@@ -142,15 +150,34 @@ void LoaderCore::Impl::wait(Clock::time_point wait_start, bool held_blocked,
       limit = until_warning;
     }
   }
-  check_workers(sleep_for_progress(limit));
+  check_workers(sleep_and_notify(limit));
 }
 
-bool LoaderCore::Impl::sleep_for_progress(milliseconds limit) {
+bool LoaderCore::Impl::sleep_and_notify(milliseconds limit) {
+  if (!options.on_wait) return sleep_for_progress(limit);
+  if (limit.count() < 0 || limit > kOnWaitInterval) limit = kOnWaitInterval;
+  bool woken = false;
+  const bool exited = sleep_for_progress(limit, &woken);
+  const Clock::time_point now = Clock::now();
+  if (!woken || now - last_on_wait >= kOnWaitInterval) {
+    last_on_wait = now;
+    try {
+      options.on_wait();
+    } catch (...) {
+      fail_epoch();
+      throw;
+    }
+  }
+  return exited;
+}
+
+bool LoaderCore::Impl::sleep_for_progress(milliseconds limit, bool* woken) {
   Doorbell& bell = ring().control().main_doorbell;
   bell.sleeping.store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // E: see Doorbell
   if (progress_possible()) {
     bell.sleeping.store(0, std::memory_order_relaxed);
+    if (woken != nullptr) *woken = true;
     return false;
   }
   const bool pidfds = pool.watches_deaths();
@@ -159,6 +186,7 @@ bool LoaderCore::Impl::sleep_for_progress(milliseconds limit) {
   }
   std::vector<pollfd>& fds = pool.wait_fds();
   const int ready = posix::poll_fds(fds.data(), fds.size(), static_cast<int>(limit.count()));
+  if (woken != nullptr) *woken = ready > 0;  // 0: the time ran out, or a signal came (EINTR)
   bell.sleeping.store(0, std::memory_order_relaxed);
   posix::eventfd_drain(shared->main_eventfd.get());
   bool exited = !pidfds;

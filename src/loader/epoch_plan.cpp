@@ -19,6 +19,9 @@ void EpochPlan::mark_delivered(std::size_t k) noexcept {
   ++delivered;
   if (k < done.size()) done[k] = 1;
   next_in_order = std::max(next_in_order, k + 1);
+  // Batches a resumed state marked done are never loaded again: in order, the next one to
+  // deliver is the first that is not done.
+  while (next_in_order < done.size() && done[next_in_order] != 0) ++next_in_order;
 }
 
 void EpochPlan::skip_void_batches() noexcept {

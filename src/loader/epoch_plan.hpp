@@ -57,7 +57,7 @@ struct EpochPlan {
   bool fully_issued() const noexcept { return iterable ? all_exhausted() : issued == num_batches; }
   bool has_batches() const noexcept { return iterable || num_batches > 0; }
   // Marks batch k handed out (or reported): it counts as delivered and moves the in-order
-  // position past it.
+  // position past it and past any batch after it that is done already (a resumed state's).
   void mark_delivered(std::size_t k) noexcept;
   // In order, over an iterable dataset: steps past batches that will never come because
   // their worker's stream ended before they were given out.

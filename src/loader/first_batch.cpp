@@ -166,7 +166,7 @@ void LoaderCore::Impl::await_first_batch() {
       if (limit.count() <= 0) break;
     }
     if (spin_until([&] { return progress_possible(); }, kMainSpin)) continue;
-    if (sleep_for_progress(limit)) break;  // a worker exited: the fetch will say why
+    if (sleep_and_notify(limit)) break;  // a worker exited: the fetch will say why
   }
   preflight.check_first_batch(std::nullopt, std::nullopt);
   open_first_gates();

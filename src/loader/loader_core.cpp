@@ -249,14 +249,16 @@ std::string LoaderCore::state() const {
         "which stoker cannot save; save your stream's own position (e.g. in start_epoch) "
         "instead");
   }
-  if (m.current)
-    return format_state(capture_state(*m.current, m.options.seed, m.skipped_this_epoch));
-  LoaderState s;
-  s.epoch = m.next_epoch;
-  s.seed = m.options.seed;
-  s.dataset_size = m.dataset_size();
-  s.num_batches = m.next_num_batches();
-  return format_state(s);
+  const OrderInfo order = order_info_of(m.options);
+  if (m.current) {
+    return format_state(capture_state(*m.current, m.options.seed, m.skipped_this_epoch, order));
+  }
+  EpochPlan fresh;
+  fresh.epoch = m.next_epoch;
+  fresh.dataset_size = m.dataset_size();
+  fresh.num_batches = m.next_num_batches();
+  fresh.done.assign(fresh.num_batches, 0);
+  return format_state(capture_state(fresh, m.options.seed, 0, order));
 }
 
 void LoaderCore::load_state(std::string_view text) {
@@ -268,13 +270,14 @@ void LoaderCore::load_state(std::string_view text) {
         "position is inside its workers' streams); restore your stream's own position "
         "instead");
   }
-  LoaderState r = parse_state(text);
+  LoaderState r = parse_loader_state(text);
   if (r.seed != m.options.seed) {
     throw std::invalid_argument(fmt::format(
         "DataLoader::load_state: the state was saved by a loader with seed {}, this one has "
         "seed {}: the order would differ; build the loader with LoaderOptions::seed = {}",
         r.seed, m.options.seed, r.seed));
   }
+  check_order(r, order_info_of(m.options));
   m.abandon_current();
   m.next.reset();
   m.next_epoch = r.epoch;

@@ -102,6 +102,7 @@ struct LoaderCore::Impl {
     bool fresh = false;
   } first_samples;
   Clock::time_point last_health_log{};
+  Clock::time_point last_on_wait{};  // LoaderOptions::on_wait's last call
   ThreadRule rule;  // one thread at a time inside the public calls (LoaderCore::Call)
 
   Impl(LoaderOptions o, std::function<std::size_t()> size, ProduceFn p, DatasetProbe dp);
@@ -248,7 +249,14 @@ struct LoaderCore::Impl {
   // Sleeps on the main doorbell and the workers' pidfds for at most `limit` (-1: until
   // something happens). True when a worker may have exited (a pidfd fired, or there are no
   // pidfds to watch).
-  bool sleep_for_progress(milliseconds limit);
+  // `woken` (when given) is set when something woke it, false when the time ran out or a
+  // signal interrupted it.
+  bool sleep_for_progress(milliseconds limit, bool* woken = nullptr);
+  // sleep_for_progress() for a fetch or the first batch: with LoaderOptions::on_wait, at most
+  // kOnWaitInterval, then on_wait() when the sleep was not woken or the interval has passed
+  // since its last call. An exception from on_wait() ends the epoch (fail_epoch) and
+  // propagates. Returns what sleep_for_progress returned.
+  bool sleep_and_notify(milliseconds limit);
 
   // ---- the first batch (first_batch.cpp) ----
 

@@ -11,13 +11,17 @@ namespace stoker::detail {
 std::string format_state(const LoaderState& s) {
   std::string extra;
   for (const std::size_t k : s.extra_done) extra += fmt::format(" {}", k);
+  std::string order;
+  if (!s.order.empty()) {
+    order = fmt::format("order {}\nworld {}\nrank {}\n", s.order, s.world_size, s.rank);
+  }
   return fmt::format(
       "stoker-loader-state 1\nepoch {}\nseed {}\nsamples {}\nbatches {}\nposition {}\n"
-      "done{}\nskipped {}\n",
-      s.epoch, s.seed, s.dataset_size, s.num_batches, s.position, extra, s.skipped);
+      "done{}\nskipped {}\n{}",
+      s.epoch, s.seed, s.dataset_size, s.num_batches, s.position, extra, s.skipped, order);
 }
 
-LoaderState parse_state(std::string_view text) {
+LoaderState parse_loader_state(std::string_view text) {
   std::istringstream in{std::string(text)};
   std::string magic;
   int version = 0;
@@ -47,6 +51,19 @@ LoaderState parse_state(std::string_view text) {
       fields >> r.position;
     } else if (key == "skipped") {
       fields >> r.skipped;
+    } else if (key == "world") {
+      fields >> r.world_size;
+    } else if (key == "rank") {
+      fields >> r.rank;
+    } else if (key == "order") {
+      // The rest of the line, as the sampler wrote it (a key has no line break).
+      fields >> std::ws;
+      std::getline(fields, r.order);
+      while (!r.order.empty() &&
+             (r.order.back() == ' ' || r.order.back() == '\t' || r.order.back() == '\r')) {
+        r.order.pop_back();
+      }
+      if (r.order.empty()) fields.setstate(std::ios::failbit);
     } else if (key == "done") {
       for (std::size_t k; fields >> k;) r.extra_done.push_back(k);
       if (!fields.eof())
@@ -65,6 +82,10 @@ LoaderState parse_state(std::string_view text) {
           fmt::format("DataLoader::load_state: the state has no '{}' line", key));
     }
   }
+  if (r.world_size == 0 || r.rank >= r.world_size) {
+    throw std::invalid_argument(fmt::format(
+        "DataLoader::load_state: rank {} is not below the world size {}", r.rank, r.world_size));
+  }
   if (r.position > r.num_batches) {
     throw std::invalid_argument(
         fmt::format("DataLoader::load_state: position {} is past the epoch's {} batches",
@@ -79,8 +100,20 @@ LoaderState parse_state(std::string_view text) {
   return r;
 }
 
-LoaderState capture_state(const EpochPlan& plan, std::uint64_t seed, std::size_t skipped) {
+OrderInfo order_info_of(const LoaderOptions& options) {
+  if (options.batch_sampler) return options.batch_sampler->order_info();
+  if (options.sampler) return options.sampler->order_info();
+  return {};
+}
+
+LoaderState capture_state(const EpochPlan& plan, std::uint64_t seed, std::size_t skipped,
+                          const OrderInfo& order) {
   LoaderState s;
+  if (!order.key.empty()) {
+    s.order = order.key;
+    s.world_size = order.world_size;
+    s.rank = order.rank;
+  }
   s.epoch = plan.epoch;
   s.seed = seed;
   s.dataset_size = plan.dataset_size;
@@ -91,6 +124,28 @@ LoaderState capture_state(const EpochPlan& plan, std::uint64_t seed, std::size_t
   }
   s.skipped = skipped;
   return s;
+}
+
+void check_order(const LoaderState& r, const OrderInfo& here) {
+  if (!r.order.empty() && r.order != here.key) {
+    throw std::invalid_argument(fmt::format(
+        "DataLoader::load_state: the state was saved under the order '{}', but this loader's "
+        "sampler gives '{}'; resume with the sampler built as it was (the same shards, seed "
+        "and options; with ShardShuffle only the world size may change)",
+        r.order, here.key.empty() ? "(none)" : here.key));
+  }
+  if (r.order.empty()) return;  // saved without a key: nothing to check against
+  const std::size_t here_world = here.world_size;
+  const std::size_t here_rank = here.rank;
+  if (!r.extra_done.empty() && (r.world_size != here_world || r.rank != here_rank)) {
+    throw std::invalid_argument(fmt::format(
+        "DataLoader::load_state: the state has {} batch{} handed out of order (in_order = "
+        "false) by rank {} of {}, which other ranks may not have had; this is rank {} of {}: "
+        "resume each rank from its own state on the same world size, or save states with "
+        "in_order = true",
+        r.extra_done.size(), r.extra_done.size() == 1 ? "" : "es", r.rank, r.world_size, here_rank,
+        here_world));
+  }
 }
 
 void apply_state(const LoaderState& r, EpochPlan& plan) {

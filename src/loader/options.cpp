@@ -35,6 +35,11 @@ void validate(const LoaderOptions& o) {
     throw std::invalid_argument(fmt::format(
         "LoaderOptions::timeout is {} ms; it must be >= 0 (0 waits forever)", o.timeout.count()));
   }
+  if (o.held_timeout.count() < 0) {
+    throw std::invalid_argument(
+        fmt::format("LoaderOptions::held_timeout is {} ms; it must be >= 0 (0: as long as timeout)",
+                    o.held_timeout.count()));
+  }
   check_range("max_batch_bytes", o.max_batch_bytes, kMinBatchBytes, kMaxBatchBytes);
   const std::size_t layout = detail::Ring::payload_start(o.batch_size);
   if (layout >= o.max_batch_bytes) {

@@ -131,7 +131,12 @@ HeldBatchesTimeout LoaderCore::Impl::held_timeout(std::optional<Clock::duration>
   std::string message = held_text();
   if (waited) {
     details.waited = std::chrono::duration_cast<milliseconds>(*waited);
-    message += fmt::format(" (waited {} ms, LoaderOptions::timeout)", details.waited.count());
+    const bool held_limit =
+        options.held_timeout.count() > 0 &&
+        (options.timeout.count() == 0 || options.held_timeout < options.timeout);
+    if (held_limit) details.timeout = options.held_timeout;
+    message += fmt::format(" (waited {} ms, LoaderOptions::{})", details.waited.count(),
+                           held_limit ? "held_timeout" : "timeout");
   }
   return HeldBatchesTimeout(details, slots.count(Phase::kHeld), message);
 }

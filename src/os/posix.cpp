@@ -30,6 +30,7 @@ namespace {
 struct Injection {
   std::atomic<int> err{0};
   std::atomic<int> remaining{0};
+  std::atomic<int> skip{0};  // calls that still succeed before the failures start
 };
 std::array<Injection, static_cast<std::size_t>(Call::kCount)> g_injections;
 
@@ -37,9 +38,23 @@ std::array<Injection, static_cast<std::size_t>(Call::kCount)> g_injections;
 bool injected(Call call) noexcept {
   Injection& slot = g_injections[static_cast<std::size_t>(call)];
   if (slot.remaining.load(std::memory_order_relaxed) <= 0) return false;
+  if (slot.skip.load(std::memory_order_relaxed) > 0 &&
+      slot.skip.fetch_sub(1, std::memory_order_relaxed) > 0) {
+    return false;
+  }
   if (slot.remaining.fetch_sub(1, std::memory_order_relaxed) <= 0) return false;
   errno = slot.err.load(std::memory_order_relaxed);
   return true;
+}
+
+// `call()` again while it fails with EINTR; its last result.
+template <class F>
+auto retry_eintr(F&& call) noexcept {
+  decltype(call()) rc;
+  do {
+    rc = call();
+  } while (rc < 0 && errno == EINTR);
+  return rc;
 }
 
 }  // namespace
@@ -49,14 +64,18 @@ void Fd::reset(int fd) noexcept {
   fd_ = fd;
 }
 
-void inject_failure(Call call, int err, int times) noexcept {
+void inject_failure(Call call, int err, int times, int after) noexcept {
   Injection& slot = g_injections[static_cast<std::size_t>(call)];
   slot.err.store(err, std::memory_order_relaxed);
+  slot.skip.store(after, std::memory_order_relaxed);
   slot.remaining.store(times, std::memory_order_relaxed);
 }
 
 void clear_injected_failures() noexcept {
-  for (Injection& slot : g_injections) slot.remaining.store(0, std::memory_order_relaxed);
+  for (Injection& slot : g_injections) {
+    slot.remaining.store(0, std::memory_order_relaxed);
+    slot.skip.store(0, std::memory_order_relaxed);
+  }
 }
 
 pid_t fork_process() noexcept {
@@ -71,11 +90,7 @@ int memfd(const char* name, unsigned flags) noexcept {
 
 int truncate_fd(int fd, off_t size) noexcept {
   if (injected(Call::kFtruncate)) return -1;
-  int rc;
-  do {
-    rc = ::ftruncate(fd, size);
-  } while (rc < 0 && errno == EINTR);
-  return rc;
+  return retry_eintr([&] { return ::ftruncate(fd, size); });
 }
 
 int add_seals(int fd, int seals) noexcept { return ::fcntl(fd, F_ADD_SEALS, seals); }
@@ -87,11 +102,7 @@ void* map_shared(int fd, std::size_t length) noexcept {
 
 int populate(void* addr, std::size_t length) noexcept {
   if (injected(Call::kMadvise)) return -1;
-  int rc;
-  do {
-    rc = ::madvise(addr, length, MADV_POPULATE_READ);
-  } while (rc < 0 && errno == EINTR);
-  return rc;
+  return retry_eintr([&] { return ::madvise(addr, length, MADV_POPULATE_READ); });
 }
 
 void* map_shared_read_only(int fd, std::size_t length) noexcept {
@@ -107,11 +118,7 @@ void* map_anonymous(std::size_t length) noexcept {
 int unmap(void* addr, std::size_t length) noexcept { return ::munmap(addr, length); }
 
 int advise(void* addr, std::size_t length, int advice) noexcept {
-  int rc;
-  do {
-    rc = ::madvise(addr, length, advice);
-  } while (rc < 0 && errno == EINTR);
-  return rc;
+  return retry_eintr([&] { return ::madvise(addr, length, advice); });
 }
 
 int lock_memory(const void* addr, std::size_t length) noexcept {
@@ -198,22 +205,35 @@ int poll_fds(pollfd* fds, std::size_t count, int timeout_ms) noexcept {
 }
 
 pid_t wait_pid(pid_t pid, int* status, int options) noexcept {
-  pid_t rc;
-  do {
-    rc = ::waitpid(pid, status, options);
-  } while (rc < 0 && errno == EINTR);
-  return rc;
+  return retry_eintr([&] { return ::waitpid(pid, status, options); });
 }
 
 int close_fd(int fd) noexcept { return ::close(fd); }
 
-int open_read(const char* path) noexcept { return ::open(path, O_RDONLY | O_CLOEXEC); }
+int open_read(const char* path) noexcept {
+  if (injected(Call::kOpen)) return -1;
+  return ::open(path, O_RDONLY | O_CLOEXEC);
+}
+
+int open_write(const char* path) noexcept {
+  if (injected(Call::kOpen)) return -1;
+  return ::open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+}
+
+ssize_t read_some(int fd, void* buffer, std::size_t length) noexcept {
+  if (injected(Call::kRead)) return -1;
+  return retry_eintr([&] { return ::read(fd, buffer, length); });
+}
+
+ssize_t pread_some(int fd, void* buffer, std::size_t length, off_t offset) noexcept {
+  if (injected(Call::kRead)) return -1;
+  return retry_eintr([&] { return ::pread(fd, buffer, length, offset); });
+}
 
 ssize_t read_full(int fd, void* buffer, std::size_t length) noexcept {
   std::size_t done = 0;
   while (done < length) {
-    const ssize_t n = ::read(fd, static_cast<char*>(buffer) + done, length - done);
-    if (n < 0 && errno == EINTR) continue;
+    const ssize_t n = read_some(fd, static_cast<char*>(buffer) + done, length - done);
     if (n < 0) return -1;
     if (n == 0) break;
     done += static_cast<std::size_t>(n);
@@ -224,9 +244,8 @@ ssize_t read_full(int fd, void* buffer, std::size_t length) noexcept {
 ssize_t pread_full(int fd, void* buffer, std::size_t length, off_t offset) noexcept {
   std::size_t done = 0;
   while (done < length) {
-    const ssize_t n = ::pread(fd, static_cast<char*>(buffer) + done, length - done,
-                              offset + static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
+    const ssize_t n = pread_some(fd, static_cast<char*>(buffer) + done, length - done,
+                                 offset + static_cast<off_t>(done));
     if (n < 0) return -1;
     if (n == 0) break;
     done += static_cast<std::size_t>(n);
@@ -235,6 +254,7 @@ ssize_t pread_full(int fd, void* buffer, std::size_t length, off_t offset) noexc
 }
 
 int write_all(int fd, const void* data, std::size_t length) noexcept {
+  if (injected(Call::kWrite)) return -1;
   std::size_t done = 0;
   while (done < length) {
     const ssize_t n = ::write(fd, static_cast<const char*>(data) + done, length - done);
@@ -252,6 +272,26 @@ off_t file_size(int fd) noexcept {
 }
 
 bool stat_path(const char* path, struct ::stat& out) noexcept { return ::stat(path, &out) == 0; }
+
+bool stat_fd(int fd, struct ::stat& out) noexcept { return ::fstat(fd, &out) == 0; }
+
+int advise_file(int fd, off_t offset, off_t length, int advice) noexcept {
+  return ::posix_fadvise(fd, offset, length, advice);
+}
+
+pid_t spawn_shell(const char* command, int stdout_fd) noexcept {
+  if (injected(Call::kSpawn)) return -1;
+  const pid_t pid = ::fork();
+  if (pid != 0) {
+    if (pid > 0) (void)::setpgid(pid, pid);  // also done by the child: whichever runs first
+    return pid;
+  }
+  // The child: only async-signal-safe calls until exec.
+  (void)::setpgid(0, 0);
+  if (stdout_fd != STDOUT_FILENO && ::dup2(stdout_fd, STDOUT_FILENO) < 0) ::_exit(127);
+  ::execl("/bin/sh", "sh", "-c", command, static_cast<char*>(nullptr));
+  ::_exit(127);
+}
 
 int open_file(const char* path, int flags, mode_t mode) noexcept {
   int fd;
@@ -316,17 +356,6 @@ int touch_file(int fd) noexcept {
   return ::futimens(fd, times);
 }
 
-bool stat_fd(int fd, struct ::stat& out) noexcept { return ::fstat(fd, &out) == 0; }
-
-void futex_wait(const std::uint32_t* word, std::uint32_t expected, int timeout_ms) noexcept {
-  timespec timeout{timeout_ms / 1000, static_cast<long>(timeout_ms % 1000) * 1000000L};
-  ::syscall(SYS_futex, word, FUTEX_WAIT, expected, &timeout, nullptr, 0);
-}
-
-void futex_wake_all(const std::uint32_t* word) noexcept {
-  ::syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
-}
-
 std::optional<ResourceLimit> resource_limit(int resource) noexcept {
   rlimit lim{};
   if (::getrlimit(static_cast<__rlimit_resource_t>(resource), &lim) != 0) return std::nullopt;
@@ -354,6 +383,15 @@ std::size_t online_cpus() noexcept {
 }
 
 int send_signal(pid_t pid, int signal) noexcept { return ::kill(pid, signal); }
+
+int set_signal_action(int signal, const struct ::sigaction& action,
+                      struct ::sigaction* previous) noexcept {
+  return ::sigaction(signal, &action, previous);
+}
+
+void* map_zeros_at(void* addr, std::size_t length) noexcept {
+  return ::mmap(addr, length, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+}
 
 void default_signal(int signal) noexcept {
   struct sigaction dfl = {};
@@ -421,14 +459,13 @@ std::vector<std::string> list_directory(const char* path) {
 }
 
 bool read_file(const char* path, std::string& out) noexcept {
-  Fd fd(::open(path, O_RDONLY | O_CLOEXEC));
+  Fd fd(open_read(path));
   if (!fd.valid()) return false;
   try {
     out.clear();
     char buffer[4096];
     for (;;) {
-      const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
-      if (n < 0 && errno == EINTR) continue;
+      const ssize_t n = read_some(fd.get(), buffer, sizeof buffer);
       if (n < 0) return false;
       if (n == 0) return true;
       out.append(buffer, static_cast<std::size_t>(n));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
@@ -53,12 +54,17 @@ enum class Call : int {
   kEventfd,
   kPidfdOpen,
   kPipe,
+  kOpen,   // open_read, open_write
+  kRead,   // read_some, pread_some, read_full, pread_full
+  kWrite,  // write_all
+  kSpawn,  // spawn_shell
   kPwrite,  // pwrite_all: the shard cache's downloads (ENOSPC)
   kRename,  // rename_file: the cache's atomic publish
   kCount,
 };
-// Tests only: the next `times` calls of `call` fail with `err` without reaching the kernel.
-void inject_failure(Call call, int err, int times = 1) noexcept;
+// Tests only: after `after` calls of `call` succeed, the next `times` fail with `err` without
+// reaching the kernel (after > 0: a read that fails mid-file).
+void inject_failure(Call call, int err, int times = 1, int after = 0) noexcept;
 void clear_injected_failures() noexcept;
 
 pid_t fork_process() noexcept;
@@ -103,6 +109,12 @@ pid_t wait_pid(pid_t pid, int* status, int options) noexcept;  // retries EINTR
 int close_fd(int fd) noexcept;
 // Opens `path` read-only, close-on-exec; -1 and errno on failure.
 int open_read(const char* path) noexcept;
+// Creates or truncates `path` for writing (mode 0644 before the umask), close-on-exec.
+int open_write(const char* path) noexcept;
+// One read() / pread() of at most `length` bytes, retrying EINTR: the bytes read (0 at the end
+// of the file), or -1 and errno.
+ssize_t read_some(int fd, void* buffer, std::size_t length) noexcept;
+ssize_t pread_some(int fd, void* buffer, std::size_t length, off_t offset) noexcept;
 // read() until `length` bytes or end of file, retrying EINTR; the bytes read, or -1.
 ssize_t read_full(int fd, void* buffer, std::size_t length) noexcept;
 // pread() until `length` bytes at `offset` or end of file, retrying EINTR; the bytes read, or -1.
@@ -111,8 +123,11 @@ ssize_t pread_full(int fd, void* buffer, std::size_t length, off_t offset) noexc
 int write_all(int fd, const void* data, std::size_t length) noexcept;
 // The size of the open file fd; -1 and errno on failure.
 off_t file_size(int fd) noexcept;
-// stat(path); false and errno when it cannot.
+// stat(path) / fstat(fd); false and errno when it cannot.
 bool stat_path(const char* path, struct ::stat& out) noexcept;
+bool stat_fd(int fd, struct ::stat& out) noexcept;
+// posix_fadvise (a hint: its result is only informative). 0, or an error number.
+int advise_file(int fd, off_t offset, off_t length, int advice) noexcept;
 // A resource limit's soft value (RLIMIT_*); nullopt when it cannot be read.
 struct ResourceLimit {
   std::uint64_t soft = 0;
@@ -127,8 +142,21 @@ bool stat_vfs(const char* path, struct ::statvfs& out) noexcept;
 // Logical CPUs online (at least 1).
 std::size_t online_cpus() noexcept;
 
+// Runs `/bin/sh -c command` in a new process group whose id is its pid, with its standard
+// output on `stdout_fd` (every other descriptor of this process stays closed to it, being
+// close-on-exec). The child's pid, or -1 and errno when it cannot fork. A command that cannot
+// be run exits with status 127 (as sh does for a missing program).
+pid_t spawn_shell(const char* command, int stdout_fd) noexcept;
+
 // Signals and process state.
 int send_signal(pid_t pid, int signal) noexcept;
+// sigaction(); 0, or -1 and errno.
+int set_signal_action(int signal, const struct ::sigaction& action,
+                      struct ::sigaction* previous) noexcept;
+// A private anonymous read-only mapping of zeros placed exactly at [addr, addr + length),
+// replacing what was there. Async-signal-safe (one system call): for a SIGBUS handler.
+// MAP_FAILED on failure.
+void* map_zeros_at(void* addr, std::size_t length) noexcept;
 // Restores `signal`'s default disposition.
 void default_signal(int signal) noexcept;
 void ignore_signal(int signal) noexcept;
@@ -161,12 +189,6 @@ int remove_file(const char* path) noexcept;  // unlink()
 int make_directories(const char* path, mode_t mode = 0755) noexcept;
 int sync_file_data(int fd) noexcept;  // fdatasync()
 int touch_file(int fd) noexcept;      // futimens(): the modification time to now
-bool stat_fd(int fd, struct ::stat& out) noexcept;
-// A futex on a 32-bit word that may lie in memory shared by processes (a MAP_SHARED file):
-// wait while *word == expected, at most timeout_ms (EINTR and spurious wake-ups return too);
-// wake every waiter.
-void futex_wait(const std::uint32_t* word, std::uint32_t expected, int timeout_ms) noexcept;
-void futex_wake_all(const std::uint32_t* word) noexcept;
 
 // The names in a directory, without "." and ".."; empty when it cannot be read.
 std::vector<std::string> list_directory(const char* path);

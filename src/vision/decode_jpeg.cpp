@@ -9,6 +9,14 @@
 // destructor across it, aborts the decompression and reports failure; the caller then throws
 // DecodeError. A premature end of the file is a warning in libjpeg (it pads with grey), and an
 // error here, as in Pillow.
+//
+// Truncation, whatever the region: a region decode stops after the region's last row, so the
+// end of the file is read only when the file can be cut short there. A file whose last two
+// bytes are the end-of-image marker (FF D9) is whole: entropy-coded data cannot contain FF D9,
+// and a file cut inside its headers fails in jpeg_read_header. Any other file (cut short, or
+// with bytes after its marker, which Pillow accepts) is read to its end-of-image marker below
+// the region too: the rows below are entropy-decoded without their IDCT (jpeg_skip_scanlines),
+// and a file that ends first fails exactly as a full decode does.
 #include <csetjmp>
 #include <cstdio>
 #include <vector>
@@ -28,6 +36,7 @@ struct ErrorManager {
   jpeg_error_mgr mgr;  // first: libjpeg sees a jpeg_error_mgr*
   std::jmp_buf jump;
   char message[JMSG_LENGTH_MAX];
+  std::size_t file_size;  // for the truncation message
 };
 
 [[noreturn]] void on_error(j_common_ptr cinfo) {
@@ -40,10 +49,10 @@ void on_message(j_common_ptr cinfo, int level) {
   // level -1 is a warning; a truncated file is the one Pillow fails on.
   if (level == -1 && cinfo->err->msg_code == JWRN_JPEG_EOF) {
     auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
-    (*cinfo->err->format_message)(cinfo, err->message);
-    std::snprintf(err->message + std::char_traits<char>::length(err->message),
-                  JMSG_LENGTH_MAX - std::char_traits<char>::length(err->message),
-                  " (the file is truncated)");
+    std::snprintf(err->message, sizeof err->message,
+                  "it is truncated: its %zu bytes end before the image does (JPEG's end-of-image "
+                  "marker FF D9 is missing), as when a copy or download stopped early",
+                  err->file_size);
     std::longjmp(err->jump, 1);
   }
 }
@@ -74,7 +83,8 @@ struct JpegReader::State {
   ErrorManager err{};
   std::string source;
   bool cmyk = false;
-  std::vector<std::uint8_t> row;  // one CMYK row
+  bool ends_with_eoi = false;     // the last two bytes are FF D9 (see the header comment)
+  std::vector<std::uint8_t> row;  // one CMYK row, or a row below the region
 
   State() {
     cinfo.err = jpeg_std_error(&err.mgr);
@@ -131,9 +141,13 @@ bool run_crop(jpeg_decompress_struct& cinfo, ErrorManager& err, JDIMENSION* x, J
   return true;
 }
 
-// Reads `count` rows into rows[0..count) (or, for CMYK, through `row` converted to RGB).
+// Reads `count` rows into rows[0..count) (or, for CMYK, through `row` converted to RGB). With
+// to_end, then reads on to the end-of-image marker: the rows below the region are skipped
+// (entropy-decoded, which reads their data) but the last, read into `spare`, since skipping
+// to the very end reads nothing.
 bool run_rows(jpeg_decompress_struct& cinfo, ErrorManager& err, std::uint8_t* out,
-              std::size_t stride, JDIMENSION count, std::uint8_t* cmyk_row) {
+              std::size_t stride, JDIMENSION count, std::uint8_t* cmyk_row, bool to_end,
+              std::uint8_t* spare) {
   if (setjmp(err.jump) != 0) {
     jpeg_abort_decompress(&cinfo);
     return false;
@@ -154,11 +168,19 @@ bool run_rows(jpeg_decompress_struct& cinfo, ErrorManager& err, std::uint8_t* ou
     if (got == 0) fail(err, "fewer rows than its header says");
     done += got;
   }
-  if (cinfo.output_scanline < cinfo.output_height) {
+  if (cinfo.output_scanline < cinfo.output_height && !to_end) {
     jpeg_abort_decompress(&cinfo);  // the rows below the region are not needed
-  } else {
-    jpeg_finish_decompress(&cinfo);
+    return true;
   }
+  const JDIMENSION below = cinfo.output_height - cinfo.output_scanline;
+  if (below > 1 && jpeg_skip_scanlines(&cinfo, below - 1) != below - 1) {
+    fail(err, "fewer rows than its header says");
+  }
+  if (below > 0) {
+    JSAMPROW row = spare;
+    if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) fail(err, "fewer rows than its header says");
+  }
+  jpeg_finish_decompress(&cinfo);  // reads on to the end-of-image marker
   return true;
 }
 
@@ -170,6 +192,9 @@ JpegReader::~JpegReader() = default;
 ImageInfo JpegReader::open(std::span<const std::uint8_t> bytes, std::string_view source) {
   State& s = *state_;
   s.source.assign(source);
+  s.err.file_size = bytes.size();
+  s.ends_with_eoi =
+      bytes.size() >= 2 && bytes[bytes.size() - 2] == 0xff && bytes[bytes.size() - 1] == 0xd9;
   if (!run_open(s.cinfo, s.err, bytes.data(), bytes.size())) {
     throw_undecodable(source, s.err.message);
   }
@@ -215,15 +240,12 @@ void JpegReader::read(const DecodeOptions& options, Image& out) {
   out.scale_denom = options.scale_denom;
   out.x = static_cast<int>(x);
   out.y = r.y0;
-  std::uint8_t* cmyk_row = nullptr;
-  if (s.cmyk) {
-    s.row.resize(static_cast<std::size_t>(w) * 4);
-    cmyk_row = s.row.data();
-  }
+  s.row.resize(static_cast<std::size_t>(w) * 4);  // CMYK or RGBA: the widest row
+  std::uint8_t* cmyk_row = s.cmyk ? s.row.data() : nullptr;
   const std::size_t stride = static_cast<std::size_t>(w) * 3;
   const std::size_t row_bytes = s.cmyk ? stride : out.row_bytes();
   if (!run_rows(s.cinfo, s.err, out.pixels.data(), row_bytes, static_cast<JDIMENSION>(rows),
-                cmyk_row)) {
+                cmyk_row, !s.ends_with_eoi, s.row.data())) {
     throw_undecodable(s.source, s.err.message);
   }
   if (s.cmyk && options.color != ColorMode::kRGB) {

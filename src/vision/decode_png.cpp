@@ -6,6 +6,13 @@
 // Errors: libpng reports errors through our error function, which longjmps to the run_*
 // function that armed the jump (png_jmpbuf); those hold no C++ object with a destructor
 // across it. The caller then throws DecodeError with libpng's message.
+//
+// Truncation, whatever the region: a region decode reads the rows down to the region's last,
+// so a file cut below it would decode. A file whose chunks are all whole up to an IEND chunk
+// (their lengths followed from the signature on, without reading their data: a few dozen
+// steps) was not cut short; any other (cut short, or without IEND, which Pillow accepts when
+// every row decodes) has all its rows decoded, and fails when they are not all there, as
+// Pillow's load does.
 #include <png.h>
 
 #include <algorithm>
@@ -28,6 +35,21 @@ struct Input {
   char message[256] = {};
 };
 
+// Whether the chunks after the 8-byte signature are whole (each length, type and CRC inside
+// the bytes) up to an IEND chunk.
+bool chunks_whole(std::span<const std::uint8_t> bytes) {
+  std::size_t at = 8;
+  while (bytes.size() - at >= 12) {
+    const std::uint64_t length = (std::uint64_t{bytes[at]} << 24) |
+                                 (std::uint64_t{bytes[at + 1]} << 16) |
+                                 (std::uint64_t{bytes[at + 2]} << 8) | bytes[at + 3];
+    if (length > bytes.size() - at - 12) return false;
+    if (std::memcmp(bytes.data() + at + 4, "IEND", 4) == 0) return true;
+    at += 12 + static_cast<std::size_t>(length);
+  }
+  return false;
+}
+
 void on_error(png_structp png, png_const_charp message) {
   auto* in = static_cast<Input*>(png_get_error_ptr(png));
   std::snprintf(in->message, sizeof in->message, "%s", message);
@@ -38,7 +60,13 @@ void on_warning(png_structp, png_const_charp) {}  // Pillow decodes through warn
 
 void on_read(png_structp png, png_bytep out, png_size_t n) {
   auto* in = static_cast<Input*>(png_get_io_ptr(png));
-  if (n > in->size - in->at) png_error(png, "the file ends inside the image (truncated)");
+  if (n > in->size - in->at) {
+    std::snprintf(in->message, sizeof in->message,
+                  "it is truncated: its %zu bytes end before the image does (PNG's rows are not "
+                  "all there), as when a copy or download stopped early",
+                  in->size);
+    png_longjmp(png, 1);
+  }
   std::memcpy(out, in->data + in->at, n);
   in->at += n;
 }
@@ -56,6 +84,7 @@ struct PngReader::State {
   int color_type = 0;
   int interlace = 0;
   int passes = 1;
+  bool whole = false;              // every chunk whole up to IEND (see the header comment)
   std::vector<std::uint8_t> rows;  // one decoded row, or the whole image when interlaced
 
   void close() {
@@ -161,6 +190,7 @@ ImageInfo PngReader::open(std::span<const std::uint8_t> bytes, std::string_view 
   s.passes = 1;
   s.source.assign(source);
   s.input = Input{bytes.data(), bytes.size(), 0, {}};
+  s.whole = bytes.size() >= 8 && chunks_whole(bytes);
   s.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &s.input, on_error, on_warning);
   if (s.png != nullptr) s.info = png_create_info_struct(s.png);
   if (s.png == nullptr || s.info == nullptr) {
@@ -231,13 +261,14 @@ void PngReader::read(const DecodeOptions& options, Image& out) {
                   grey16_clips, r.x0, r.x1, options.color, out.row(y - r.y0));
     }
   } else {
-    for (int y = 0; y < r.y1; ++y) {
+    const int last = s.whole ? r.y1 : height;  // rows below the region: read, unused
+    for (int y = 0; y < last; ++y) {
       if (!run_rows(s, s.rows.data(), row_bytes, false)) {
         const std::string why = s.input.message;
         s.close();
         throw_undecodable(s.source, why);
       }
-      if (y >= r.y0) {
+      if (y >= r.y0 && y < r.y1) {
         convert_row(s.rows.data(), in_channels, depth, grey16_clips, r.x0, r.x1, options.color,
                     out.row(y - r.y0));
       }

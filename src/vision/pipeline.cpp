@@ -9,13 +9,16 @@
 #include <cmath>
 #include <stdexcept>
 #include <type_traits>
+#include <utility>
 
 #include <fmt/format.h>
 
+#include "vision/augment.hpp"
 #include "vision/decoders.hpp"
 #include "vision/output.hpp"
 #include "vision/plan.hpp"
 #include "vision/resample.hpp"
+#include "vision/torch_ops.hpp"
 
 namespace stoker::vision {
 namespace {
@@ -68,6 +71,7 @@ void stage_axis(detail::Axis& axis, bool resize, int box0, int box_len, int out_
 
 // The window's part inside the resized box, in window coordinates.
 Rect valid_part(const detail::Stage& stage) {
+  if (stage.empty) return Rect{};
   const Size base = stage.base();
   const Rect& w = stage.window;
   const int x0 = std::clamp(w.x, 0, base.width);
@@ -88,12 +92,14 @@ void stage_axes(const detail::Stage& stage, const Input& in, const Rect& valid,
              vy0, vy0 + valid.height, in.y, in.image->height, in.denom);
 }
 
-detail::Placement placement(const detail::Stage& stage, const Rect& valid) {
+detail::Placement placement(const detail::Stage& stage, const Rect& valid, int channels) {
   detail::Placement at;
   at.width = stage.window.width;
   at.height = stage.window.height;
+  at.channels = channels;
   at.valid = valid;
   at.flip = stage.flip;
+  at.vflip = stage.vflip;
   at.fill = stage.fill;
   return at;
 }
@@ -128,8 +134,28 @@ const Image& as_rgb(const Image& image, Image& scratch) {
 }
 
 bool is_random_transform(const Transform& t) {
-  return std::holds_alternative<RandomResizedCrop>(t) || std::holds_alternative<RandomCrop>(t) ||
-         std::holds_alternative<RandomHorizontalFlip>(t) || std::holds_alternative<ColorJitter>(t);
+  return !std::holds_alternative<Resize>(t) && !std::holds_alternative<CenterCrop>(t) &&
+         !std::holds_alternative<Grayscale>(t) && !std::holds_alternative<Normalize>(t);
+}
+
+bool is_tensor_transform(const Transform& t) {
+  return std::holds_alternative<Normalize>(t) || std::holds_alternative<RandomErasing>(t);
+}
+
+// The three values of a fill, a mean or an erasing value, on a grey output.
+void check_one_value(const char* what, const char* name, std::array<double, 3> v) {
+  if (v[1] != v[0] || v[2] != v[0]) {
+    throw std::invalid_argument(fmt::format(
+        "vision::Pipeline: {} has {} ({}, {}, {}) but the image is grey after "
+        "Grayscale(num_output_channels=1); give one value for every channel, as torchvision "
+        "takes one value per channel",
+        what, name, v[0], v[1], v[2]));
+  }
+}
+
+template <class T>
+std::array<double, 3> as_doubles(const std::array<T, 3>& v) {
+  return {static_cast<double>(v[0]), static_cast<double>(v[1]), static_cast<double>(v[2])};
 }
 
 std::string_view name_of(std::string_view source) {
@@ -142,19 +168,61 @@ Pipeline::Pipeline(std::initializer_list<Transform> transforms) {
   for (const Transform& t : transforms) add(t);
 }
 
+const Normalize* Pipeline::normalize() const noexcept {
+  for (const Transform& t : transforms_) {
+    if (const auto* n = std::get_if<Normalize>(&t)) return n;
+  }
+  return nullptr;
+}
+
 void Pipeline::add(Transform transform) {
-  if (!transforms_.empty() && std::holds_alternative<Normalize>(transforms_.back())) {
+  const bool normalized = normalize() != nullptr;
+  const bool erases = std::any_of(transforms_.begin(), transforms_.end(), [](const Transform& t) {
+    return std::holds_alternative<RandomErasing>(t);
+  });
+  if (std::holds_alternative<Normalize>(transform) && normalized) {
     throw std::invalid_argument(
-        "vision::Pipeline: a transform after Normalize; Normalize works on the output tensor, "
-        "so it must be the last transform");
+        "vision::Pipeline: a second Normalize; normalise once, with the mean and std of the "
+        "data");
+  }
+  if (normalized && !std::holds_alternative<RandomErasing>(transform)) {
+    throw std::invalid_argument(
+        "vision::Pipeline: an image transform after Normalize; Normalize works on the output "
+        "tensor, so only RandomErasing may follow it");
+  }
+  if (erases && !is_tensor_transform(transform)) {
+    throw std::invalid_argument(
+        "vision::Pipeline: an image transform after RandomErasing; RandomErasing works on the "
+        "output tensor, so only Normalize or another RandomErasing may follow it");
   }
   if (std::holds_alternative<Normalize>(transform) && dtype_ == DType::kUInt8) {
     throw std::invalid_argument(
         "vision::Pipeline: Normalize with a uint8 output; normalised values need a floating-point "
         "output (output(DType::kFloat32), kBFloat16 or kFloat16)");
   }
+  if (channels() == 1) {
+    std::visit(
+        [](const auto& t) {
+          using T = std::decay_t<decltype(t)>;
+          if constexpr (std::is_same_v<T, Normalize>) {
+            check_one_value("Normalize", "mean", as_doubles(t.mean));
+            check_one_value("Normalize", "std", as_doubles(t.std));
+          } else if constexpr (std::is_same_v<T, RandomErasing>) {
+            if (!t.random_values) check_one_value("RandomErasing", "value", as_doubles(t.value));
+          } else if constexpr (std::is_same_v<T, RandomCrop> || std::is_same_v<T, RandomRotation> ||
+                               std::is_same_v<T, TrivialAugmentWide> ||
+                               std::is_same_v<T, RandAugment>) {
+            check_one_value(std::is_same_v<T, RandomCrop>       ? "RandomCrop"
+                            : std::is_same_v<T, RandomRotation> ? "RandomRotation"
+                            : std::is_same_v<T, RandAugment>    ? "RandAugment"
+                                                                : "TrivialAugmentWide",
+                            "fill", as_doubles(t.fill));
+          }
+        },
+        transform);
+  }
   transforms_.push_back(std::move(transform));
-  table_ = detail::make_output_table(dtype(), layout_, std::get_if<Normalize>(&transforms_.back()));
+  table_ = detail::make_output_table(dtype(), layout_, normalize());
 }
 
 Pipeline& Pipeline::then(Transform transform) & {
@@ -181,16 +249,14 @@ void Pipeline::set_output(DType dtype, Layout layout) {
         "vision::Pipeline::output: dtype {}; images are uint8, float32, bfloat16 or float16",
         dtype_name(dtype)));
   }
-  if (dtype == DType::kUInt8 && !transforms_.empty() &&
-      std::holds_alternative<Normalize>(transforms_.back())) {
+  if (dtype == DType::kUInt8 && normalize() != nullptr) {
     throw std::invalid_argument(
         "vision::Pipeline::output: uint8 with Normalize; normalised values need float32, "
         "bfloat16 or float16");
   }
   dtype_ = dtype;
   layout_ = layout;
-  table_ = detail::make_output_table(
-      dtype, layout, transforms_.empty() ? nullptr : std::get_if<Normalize>(&transforms_.back()));
+  table_ = detail::make_output_table(dtype, layout, normalize());
 }
 
 Pipeline& Pipeline::output(DType dtype, Layout layout) & {
@@ -204,9 +270,15 @@ Pipeline Pipeline::output(DType dtype, Layout layout) && {
 
 DType Pipeline::dtype() const noexcept {
   if (dtype_) return *dtype_;
-  const bool normalised =
-      !transforms_.empty() && std::holds_alternative<Normalize>(transforms_.back());
-  return normalised ? DType::kFloat32 : DType::kUInt8;
+  return normalize() != nullptr ? DType::kFloat32 : DType::kUInt8;
+}
+
+int Pipeline::channels() const noexcept {
+  int channels = 3;
+  for (const Transform& t : transforms_) {
+    if (const auto* g = std::get_if<Grayscale>(&t)) channels = g->num_output_channels;
+  }
+  return channels;
 }
 
 const detail::OutputTable& Pipeline::table() const {
@@ -228,6 +300,8 @@ std::optional<Size> Pipeline::output_size() const noexcept {
           } else if constexpr (std::is_same_v<T, CenterCrop> || std::is_same_v<T, RandomCrop> ||
                                std::is_same_v<T, RandomResizedCrop>) {
             size = t.size;
+          } else if constexpr (std::is_same_v<T, RandomRotation>) {
+            if (t.expand) size = std::nullopt;  // the rotated image's size depends on the angle
           }
         },
         transform);
@@ -245,6 +319,11 @@ std::string Pipeline::to_string() const {
     return i == Interpolation::kBilinear  ? ""
            : i == Interpolation::kBicubic ? ", bicubic"
                                           : ", nearest";
+  };
+  auto name = [](Interpolation i) {
+    return i == Interpolation::kBilinear  ? "bilinear"
+           : i == Interpolation::kBicubic ? "bicubic"
+                                          : "nearest";
   };
   for (const Transform& transform : transforms_) {
     std::visit(
@@ -268,6 +347,37 @@ std::string Pipeline::to_string() const {
                                t.padding.bottom);
           } else if constexpr (std::is_same_v<T, RandomHorizontalFlip>) {
             out += fmt::format("RandomHorizontalFlip(p={})", t.p);
+          } else if constexpr (std::is_same_v<T, RandomVerticalFlip>) {
+            out += fmt::format("RandomVerticalFlip(p={})", t.p);
+          } else if constexpr (std::is_same_v<T, Grayscale>) {
+            out += fmt::format("Grayscale(num_output_channels={})", t.num_output_channels);
+          } else if constexpr (std::is_same_v<T, RandomGrayscale>) {
+            out += fmt::format("RandomGrayscale(p={})", t.p);
+          } else if constexpr (std::is_same_v<T, GaussianBlur>) {
+            out += fmt::format("GaussianBlur(kernel_size=({}, {}), sigma=({}, {}))", t.kernel_x,
+                               t.kernel_y, t.sigma.first, t.sigma.second);
+          } else if constexpr (std::is_same_v<T, RandomRotation>) {
+            out += fmt::format("RandomRotation(degrees=({}, {}), interpolation={}{})",
+                               t.degrees.first, t.degrees.second, name(t.interpolation),
+                               t.expand ? ", expand=True" : "");
+          } else if constexpr (std::is_same_v<T, TrivialAugmentWide>) {
+            out += fmt::format("TrivialAugmentWide(num_magnitude_bins={}, interpolation={})",
+                               t.num_magnitude_bins, name(t.interpolation));
+          } else if constexpr (std::is_same_v<T, RandAugment>) {
+            out += fmt::format(
+                "RandAugment(num_ops={}, magnitude={}, num_magnitude_bins={}, interpolation={})",
+                t.num_ops, t.magnitude, t.num_magnitude_bins, name(t.interpolation));
+          } else if constexpr (std::is_same_v<T, RandomErasing>) {
+            out += t.random_values
+                       ? fmt::format(
+                             "RandomErasing(p={}, scale=({}, {}), ratio=({}, {}), "
+                             "value=random)",
+                             t.p, t.scale.first, t.scale.second, t.ratio.first, t.ratio.second)
+                       : fmt::format(
+                             "RandomErasing(p={}, scale=({}, {}), ratio=({}, {}), "
+                             "value=({}, {}, {}))",
+                             t.p, t.scale.first, t.scale.second, t.ratio.first, t.ratio.second,
+                             t.value[0], t.value[1], t.value[2]);
           } else if constexpr (std::is_same_v<T, ColorJitter>) {
             auto range = [](const std::optional<ColorJitter::Range>& r) {
               return r ? fmt::format("({:.3g}, {:.3g})", r->first, r->second) : std::string("-");
@@ -276,6 +386,7 @@ std::string Pipeline::to_string() const {
                                range(t.brightness), range(t.contrast), range(t.saturation),
                                range(t.hue));
           } else {
+            static_assert(std::is_same_v<T, Normalize>);
             out += fmt::format("Normalize(mean=({}, {}, {}), std=({}, {}, {}))", t.mean[0],
                                t.mean[1], t.mean[2], t.std[0], t.std[1], t.std[2]);
           }
@@ -290,6 +401,41 @@ std::string Pipeline::to_string() const {
 
 namespace {
 
+// The whole-image operation between two stages, on `image` (the result replaces it; `spare`
+// is scratch).
+void run_between(const detail::Between& b, Image& image, Image& spare) {
+  std::visit(
+      [&](const auto& op) {
+        using T = std::decay_t<decltype(op)>;
+        if constexpr (std::is_same_v<T, ColorJitter::Params>) {
+          functional::color_jitter(image, op);
+        } else if constexpr (std::is_same_v<T, detail::Between::Pad>) {
+          const Padding& p = op.padding;
+          functional::crop(image,
+                           Rect{-p.left, -p.top, image.width + p.left + p.right,
+                                image.height + p.top + p.bottom},
+                           spare, {0, 0, 0}, op.mode);
+          std::swap(image, spare);
+        } else if constexpr (std::is_same_v<T, detail::Between::Gray>) {
+          functional::rgb_to_grayscale(image, op.channels, spare);
+          std::swap(image, spare);
+        } else if constexpr (std::is_same_v<T, detail::Between::Blur>) {
+          detail::gaussian_blur_image(image, detail::gaussian_kernel1d(op.kernel_x, op.sigma),
+                                      detail::gaussian_kernel1d(op.kernel_y, op.sigma), spare);
+          std::swap(image, spare);
+        } else if constexpr (std::is_same_v<T, detail::Between::Rotate>) {
+          functional::rotate(image, op.angle, op.interpolation, op.expand, op.center, op.fill,
+                             spare);
+          std::swap(image, spare);
+        } else if constexpr (std::is_same_v<T, detail::Between::Augment>) {
+          for (const AugmentStep& step : op.steps) {
+            detail::apply_augment(image, spare, step, op.interpolation, op.fill);
+          }
+        }
+      },
+      b.op);
+}
+
 // Runs the planned stages on the first stage's input; the last writes into a new tensor.
 Tensor execute(const detail::Plan& plan, Input input, const detail::OutputTable& table,
                Scratch& s) {
@@ -297,35 +443,24 @@ Tensor execute(const detail::Plan& plan, Input input, const detail::OutputTable&
   for (std::size_t i = 0; i + 1 < plan.stages.size(); ++i) {
     const detail::Stage& stage = plan.stages[i];
     const Rect valid = valid_part(stage);
-    detail::ImageSink sink{&s.stages[buffer], placement(stage, valid)};
+    detail::ImageSink sink{&s.stages[buffer], placement(stage, valid, input.image->channels)};
     detail::begin(sink);
     run_stage(stage, input, valid, s, detail::image_row, &sink);
-    Image* out = &s.stages[buffer];
-    const detail::Between& b = plan.between[i];
-    if (b.kind == detail::Between::Kind::kJitter) {
-      functional::color_jitter(*out, b.jitter);
-    } else if (b.kind == detail::Between::Kind::kPad) {
-      Image& padded = s.stages[1 - buffer];
-      functional::crop(
-          *out,
-          Rect{-b.padding.left, -b.padding.top, out->width + b.padding.left + b.padding.right,
-               out->height + b.padding.top + b.padding.bottom},
-          padded, {0, 0, 0}, b.mode);
-      buffer = 1 - buffer;
-      out = &padded;
-    }
-    input = Input{out, 0, 0, 1};
+    run_between(plan.between[i], s.stages[buffer], s.stages[1 - buffer]);
+    input = Input{&s.stages[buffer], 0, 0, 1};
     buffer = 1 - buffer;
   }
   const detail::Stage& last = plan.stages.back();
   const Size size = plan.output;
-  const Shape shape = table.layout == Layout::kCHW ? Shape{3, size.height, size.width}
-                                                   : Shape{size.height, size.width, 3};
+  const int c = input.image->channels;
+  const Shape shape = table.layout == Layout::kCHW ? Shape{c, size.height, size.width}
+                                                   : Shape{size.height, size.width, c};
   Tensor tensor = Tensor::empty(table.dtype, shape);
   const Rect valid = valid_part(last);
-  detail::TensorSink sink{tensor.raw_data(), &table, placement(last, valid)};
+  detail::TensorSink sink{tensor.raw_data(), &table, placement(last, valid, c)};
   detail::begin(sink);
   run_stage(last, input, valid, s, detail::tensor_row, &sink);
+  for (const detail::Erasure& e : plan.erasures) detail::erase_output(tensor, table, e);
   return tensor;
 }
 

@@ -33,6 +33,21 @@ void check_range(const char* what, const char* name, std::pair<double, double> r
 // Python's round(): to nearest, ties to even (the default floating-point rounding mode).
 int round_half_even(double v) { return static_cast<int>(std::nearbyint(v)); }
 
+// One attempt of RandomResizedCrop's and RandomErasing's box search: an area uniform in `scale`
+// of the image's, an aspect ratio log-uniform in `ratio`; the two sides sqrt(area * ratio) and
+// sqrt(area / ratio), rounded as Python rounds.
+struct Sides {
+  int by_ratio = 0;    // round(sqrt(area * aspect))
+  int over_ratio = 0;  // round(sqrt(area / aspect))
+};
+Sides draw_sides(Generator& rng, Size image, std::pair<double, double> scale,
+                 std::pair<double, double> ratio) {
+  const double area = static_cast<double>(image.width) * static_cast<double>(image.height);
+  const double target = area * rng.uniform(scale.first, scale.second);
+  const double aspect = std::exp(rng.uniform(std::log(ratio.first), std::log(ratio.second)));
+  return {round_half_even(std::sqrt(target * aspect)), round_half_even(std::sqrt(target / aspect))};
+}
+
 }  // namespace
 
 Resize::Resize(int shorter, Interpolation interp, int cap)
@@ -106,14 +121,10 @@ RandomResizedCrop::RandomResizedCrop(Size out, std::pair<double, double> area,
 Rect RandomResizedCrop::sample(Generator& rng, Size input) const noexcept {
   const int width = input.width;
   const int height = input.height;
-  const double area = static_cast<double>(width) * static_cast<double>(height);
-  const double log_low = std::log(ratio.first);
-  const double log_high = std::log(ratio.second);
   for (int attempt = 0; attempt < 10; ++attempt) {
-    const double target_area = area * rng.uniform(scale.first, scale.second);
-    const double aspect = std::exp(rng.uniform(log_low, log_high));
-    const int w = round_half_even(std::sqrt(target_area * aspect));
-    const int h = round_half_even(std::sqrt(target_area / aspect));
+    const Sides sides = draw_sides(rng, input, scale, ratio);
+    const int w = sides.by_ratio;
+    const int h = sides.over_ratio;
     if (0 < w && w <= width && 0 < h && h <= height) {
       const auto top = static_cast<int>(rng.below(static_cast<std::uint64_t>(height - h + 1)));
       const auto left = static_cast<int>(rng.below(static_cast<std::uint64_t>(width - w + 1)));
@@ -147,20 +158,20 @@ RandomCrop::RandomCrop(Size crop, Padding pad, bool pad_small, std::array<std::u
   }
 }
 
-Padding RandomCrop::total_padding(Size input) const noexcept {
-  Padding p = padding;
-  const int width = input.width + p.left + p.right;
-  const int height = input.height + p.top + p.bottom;
+Padding RandomCrop::shortfall_padding(Size input) const noexcept {
+  Padding p;
+  const int width = input.width + padding.left + padding.right;
+  const int height = input.height + padding.top + padding.bottom;
   // torchvision pads both sides by the whole shortfall.
-  if (pad_if_needed && width < size.width) {
-    p.left += size.width - width;
-    p.right += size.width - width;
-  }
-  if (pad_if_needed && height < size.height) {
-    p.top += size.height - height;
-    p.bottom += size.height - height;
-  }
+  if (pad_if_needed && width < size.width) p.left = p.right = size.width - width;
+  if (pad_if_needed && height < size.height) p.top = p.bottom = size.height - height;
   return p;
+}
+
+Padding RandomCrop::total_padding(Size input) const noexcept {
+  const Padding more = shortfall_padding(input);
+  return Padding(padding.left + more.left, padding.top + more.top, padding.right + more.right,
+                 padding.bottom + more.bottom);
 }
 
 Rect RandomCrop::sample(Generator& rng, Size padded) const {
@@ -178,7 +189,7 @@ Rect RandomCrop::sample(Generator& rng, Size padded) const {
   return Rect{left, top, size.width, size.height};
 }
 
-RandomHorizontalFlip::RandomHorizontalFlip(double probability) : p(probability) {
+RandomHorizontalFlip::RandomHorizontalFlip(double probability) : RandomChance{probability} {
   if (!(probability >= 0.0 && probability <= 1.0)) {
     throw std::invalid_argument(fmt::format(
         "vision::RandomHorizontalFlip: p is {}; it must be a probability in [0, 1]", probability));
@@ -376,4 +387,174 @@ void hflip(Image& image) {
 }
 
 }  // namespace functional
+}  // namespace stoker::vision
+
+namespace stoker::vision {
+namespace {
+
+void check_probability(const char* what, double p) {
+  if (!(p >= 0.0 && p <= 1.0)) {
+    throw std::invalid_argument(
+        fmt::format("vision::{}: p is {}; it must be a probability in [0, 1]", what, p));
+  }
+}
+
+}  // namespace
+
+RandomVerticalFlip::RandomVerticalFlip(double probability) : RandomChance{probability} {
+  check_probability("RandomVerticalFlip", probability);
+}
+
+Grayscale::Grayscale(int channels) : num_output_channels(channels) {
+  if (channels != 1 && channels != 3) {
+    throw std::invalid_argument(fmt::format(
+        "vision::Grayscale: num_output_channels is {}; it must be 1 or 3, as torchvision's",
+        channels));
+  }
+}
+
+RandomGrayscale::RandomGrayscale(double probability) : RandomChance{probability} {
+  check_probability("RandomGrayscale", probability);
+}
+
+GaussianBlur::GaussianBlur(int kernel_size, std::pair<double, double> s)
+    : GaussianBlur(std::pair<int, int>{kernel_size, kernel_size}, s) {}
+
+namespace {
+
+std::pair<double, double> single_sigma(double s) {
+  if (!(s > 0.0)) {
+    throw std::invalid_argument(
+        fmt::format("vision::GaussianBlur: sigma is {}; a single sigma must be > 0", s));
+  }
+  return {s, s};
+}
+
+}  // namespace
+
+GaussianBlur::GaussianBlur(int kernel_size, double s)
+    : GaussianBlur(std::pair<int, int>{kernel_size, kernel_size}, single_sigma(s)) {}
+
+GaussianBlur::GaussianBlur(std::pair<int, int> kernel_size, std::pair<double, double> s)
+    : kernel_x(kernel_size.first), kernel_y(kernel_size.second), sigma(s) {
+  if (kernel_x < 1 || kernel_y < 1 || kernel_x % 2 == 0 || kernel_y % 2 == 0) {
+    throw std::invalid_argument(fmt::format(
+        "vision::GaussianBlur: kernel_size is ({}, {}); each must be odd and positive, as "
+        "torchvision's",
+        kernel_x, kernel_y));
+  }
+  if (!(s.first > 0.0 && s.first <= s.second) || !std::isfinite(s.second)) {
+    throw std::invalid_argument(
+        fmt::format("vision::GaussianBlur: sigma is ({}, {}); it must be a range (min, max) with "
+                    "0 < min <= max, finite",
+                    s.first, s.second));
+  }
+}
+
+double GaussianBlur::sample(Generator& rng) const noexcept {
+  return rng.uniform(sigma.first, sigma.second);
+}
+
+namespace {
+
+std::pair<double, double> symmetric_degrees(double d) {
+  if (!(d >= 0.0)) {
+    throw std::invalid_argument(fmt::format(
+        "vision::RandomRotation: degrees is {}; a single value d must be >= 0 (the range is "
+        "[-d, d])",
+        d));
+  }
+  return {-d, d};
+}
+
+}  // namespace
+
+RandomRotation::RandomRotation(double d, Interpolation interp, bool grow, std::optional<Point> c,
+                               std::array<std::uint8_t, 3> value)
+    : RandomRotation(symmetric_degrees(d), interp, grow, c, value) {}
+
+RandomRotation::RandomRotation(std::pair<double, double> d, Interpolation interp, bool grow,
+                               std::optional<Point> c, std::array<std::uint8_t, 3> value)
+    : degrees(d), interpolation(interp), expand(grow), center(c), fill(value) {
+  if (!(d.first <= d.second) || !std::isfinite(d.first) || !std::isfinite(d.second)) {
+    throw std::invalid_argument(fmt::format(
+        "vision::RandomRotation: degrees is ({}, {}); it must be a range (min <= max) of finite "
+        "angles",
+        d.first, d.second));
+  }
+}
+
+double RandomRotation::sample(Generator& rng) const noexcept {
+  return rng.uniform(degrees.first, degrees.second);
+}
+
+namespace {
+
+void check_erasing(double p, std::pair<double, double> scale, std::pair<double, double> ratio) {
+  check_probability("RandomErasing", p);
+  if (!(scale.first >= 0.0 && scale.first <= scale.second && scale.second <= 1.0)) {
+    throw std::invalid_argument(fmt::format(
+        "vision::RandomErasing: scale is ({}, {}); it must be a range (min <= max) within "
+        "[0, 1]",
+        scale.first, scale.second));
+  }
+  if (!(ratio.first > 0.0 && ratio.first <= ratio.second) || !std::isfinite(ratio.second)) {
+    throw std::invalid_argument(fmt::format(
+        "vision::RandomErasing: ratio is ({}, {}); it must be a range (min <= max) of finite "
+        "aspect ratios > 0",
+        ratio.first, ratio.second));
+  }
+}
+
+}  // namespace
+
+RandomErasing::RandomErasing(double probability, std::pair<double, double> area,
+                             std::pair<double, double> aspect, float v)
+    : RandomErasing(probability, area, aspect, std::array<float, 3>{v, v, v}) {}
+
+RandomErasing::RandomErasing(double probability, std::pair<double, double> area,
+                             std::pair<double, double> aspect, std::array<float, 3> v)
+    : p(probability), scale(area), ratio(aspect), value(v) {
+  check_erasing(probability, area, aspect);
+  for (float x : v) {
+    if (!std::isfinite(x)) {
+      throw std::invalid_argument(
+          fmt::format("vision::RandomErasing: value is ({}, {}, {}); the values must be finite",
+                      v[0], v[1], v[2]));
+    }
+  }
+}
+
+RandomErasing::RandomErasing(double probability, std::pair<double, double> area,
+                             std::pair<double, double> aspect, Random)
+    : p(probability), scale(area), ratio(aspect), random_values(true) {
+  check_erasing(probability, area, aspect);
+}
+
+RandomErasing::Params RandomErasing::sample(Generator& rng, Size image, int channels) const {
+  Params out;
+  if (!(rng.uniform() < p)) return out;
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    // torchvision: the height takes the ratio (unlike RandomResizedCrop's width).
+    const Sides sides = draw_sides(rng, image, scale, ratio);
+    const int h = sides.by_ratio;
+    const int w = sides.over_ratio;
+    if (!(h < image.height && w < image.width)) continue;
+    if (random_values) {
+      out.values.resize(static_cast<std::size_t>(channels) * static_cast<std::size_t>(h) *
+                        static_cast<std::size_t>(w));
+      for (float& v : out.values) v = static_cast<float>(rng.normal());
+    }
+    const auto top = static_cast<int>(rng.below(static_cast<std::uint64_t>(image.height - h + 1)));
+    const auto left = static_cast<int>(rng.below(static_cast<std::uint64_t>(image.width - w + 1)));
+    out.erase = true;
+    out.box = Rect{left, top, w, h};
+    return out;
+  }
+  return out;  // torchvision's fallback erases the image with itself: nothing changes
+}
+
+Normalize::Normalize(float m, float s)
+    : Normalize(std::array<float, 3>{m, m, m}, std::array<float, 3>{s, s, s}) {}
+
 }  // namespace stoker::vision

@@ -16,7 +16,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "stoker/webdataset.hpp"
+#include "mpi/index_shards.hpp"
 
 namespace {
 
@@ -36,20 +36,7 @@ TEST_CASE("mpirun -np 3: shards of unequal sizes give every rank the same batche
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::vector<std::size_t> sizes = {37, 5, 62, 12, 26};  // 142: not a multiple of 3 or 6
-  std::vector<std::string> shards;
-  std::size_t next = 0;
-  for (std::size_t j = 0; j < sizes.size(); ++j) {
-    stoker::ShardWriterOptions wo;
-    wo.pattern = dir + "/part" + std::to_string(j) + "-%d.tar";
-    stoker::ShardWriter writer(wo);
-    for (std::size_t k = 0; k < sizes[j]; ++k, ++next) {
-      const std::string index = std::to_string(next);
-      const std::pair<std::string, std::span<const std::byte>> fields[] = {
-          {"index", std::as_bytes(std::span<const char>(index.data(), index.size()))}};
-      writer.write("s" + std::to_string(next), fields);
-    }
-    shards.push_back(writer.finish().at(0));
-  }
+  const std::vector<std::string> shards = stoker::test::write_index_shards(dir, sizes);
   std::string command =
       "timeout -k 10 180 mpirun -np 3 --oversubscribe --allow-run-as-root "
       "-x ASAN_OPTIONS=detect_leaks=0 " STOKER_SHARD_ALLREDUCE_PROGRAM " " +

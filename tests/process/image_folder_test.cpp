@@ -115,7 +115,7 @@ TEST_CASE("random flips come from sample_rng(): the same for any num_workers", "
     write_jpeg(dir.path + "/c/" + std::to_string(10 + i) + ".jpg", halves(256, 256, kBlue, kWhite),
                256, 256);
   }
-  ImageFolderDataset::Options iopt;
+  ImageFolderOptions iopt;
   iopt.random_flip = true;
   const ImageFolderDataset ds(dir.path, iopt);
   auto flips = [&ds](int workers, std::uint64_t epoch) {
@@ -173,7 +173,7 @@ TEST_CASE("bad roots and options are clear errors", "[images]") {
   REQUIRE_THROWS_WITH(ImageFolderDataset(dir.path), Catch::Contains("no class directories"));
   fs::create_directories(dir.path + "/empty");
   REQUIRE_THROWS_WITH(ImageFolderDataset(dir.path), Catch::Contains("class 'empty'"));
-  ImageFolderDataset::Options bad;
+  ImageFolderOptions bad;
   bad.crop = 300;
   REQUIRE_THROWS_AS(ImageFolderDataset(dir.path, bad), std::invalid_argument);
 }
@@ -194,7 +194,7 @@ TEST_CASE("the fast preset (reduced DCT scale) nearly matches the exact default"
     }
   }
   write_jpeg(dir.path + "/g/big.jpg", rgb, w, h);
-  ImageFolderDataset::Options fast;
+  ImageFolderOptions fast;
   fast.fast_jpeg_scaling = true;
   REQUIRE(ImageFolderDataset(dir.path).pipeline().mode() == vision::Mode::kExact);
   const Tensor a = ImageFolderDataset(dir.path, fast).get(0)["image"].clone();

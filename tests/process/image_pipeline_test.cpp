@@ -1,7 +1,9 @@
 // vision::Pipeline inside DataLoaders (worker processes): ImageFolderDataset with .webp and
 // upper-case extensions and its output equal to the pipeline on the file's bytes;
-// ImageListDataset over paths and over bytes; a random training pipeline whose samples are the
-// same for any num_workers; float32 output; a bad entry skipped with on_sample_error = kSkip.
+// ImageListDataset over paths and over bytes; random training pipelines (the crops and colour
+// jitter, and the augmentations: flips, grayscale, blur, rotation, TrivialAugmentWide,
+// RandAugment, RandomErasing) whose samples are the same for any num_workers; float32 output;
+// a bad entry skipped with on_sample_error = kSkip.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -95,6 +97,37 @@ TEST_CASE("a random training pipeline gives the same samples for any num_workers
   REQUIRE(epoch(ds, 2) == in_process);
   REQUIRE(epoch(ds, 3) == in_process);
   REQUIRE(epoch(ds, 2, 1).first != in_process.first);  // another epoch, other draws
+}
+
+TEST_CASE("the augmentations draw from sample_rng(): the same for any num_workers, per epoch",
+          "[images]") {
+  std::vector<ImageListDataset::Entry> entries;
+  for (int i = 0; i < 9; ++i) entries.push_back(ImageListDataset::encoded(image_bytes(i), i));
+  const vision::Pipeline train{
+      vision::RandomResizedCrop(40),
+      vision::RandomVerticalFlip(),
+      vision::RandomGrayscale(0.3),
+      vision::GaussianBlur(3),
+      vision::RandomRotation(15.0, vision::Interpolation::kBilinear),
+      vision::TrivialAugmentWide(),
+      vision::RandAugment(),
+      vision::Normalize(vision::kImageNetMean, vision::kImageNetStd),
+      vision::RandomErasing(0.5, {0.02, 0.33}, {0.3, 3.3}, vision::RandomErasing::kRandom)};
+  const ImageListDataset ds(std::move(entries), train);
+  const auto in_process = epoch(ds, 0);
+  REQUIRE(in_process.first.size() == 9 * 3 * 40 * 40 * sizeof(float));
+  REQUIRE(epoch(ds, 2) == in_process);
+  REQUIRE(epoch(ds, 3) == in_process);
+  const auto next = epoch(ds, 2, 1);
+  REQUIRE(next.first != in_process.first);  // another epoch, other draws
+  REQUIRE(epoch(ds, 0, 1) == next);
+  // Each sample's draws are its own: the seed of sample i, epoch e is (seed, e, i), so running
+  // the pipeline with that generator outside the loader gives the loader's sample.
+  Generator rng = Generator::from({7, 0, 4});
+  const Tensor alone = train.run(image_bytes(4), rng);
+  const auto bytes = alone.bytes();
+  REQUIRE(std::equal(bytes.begin(), bytes.end(),
+                     in_process.first.begin() + static_cast<std::ptrdiff_t>(4 * bytes.size())));
 }
 
 TEST_CASE("ImageListDataset over paths and bytes, a bad entry skipped with kSkip", "[images]") {

@@ -34,9 +34,9 @@ TEST_CASE("image fields of a WebDataset shard decode through stoker::vision",
           "[webdataset][images]") {
   TempDir tmp;
   std::vector<std::vector<std::uint8_t>> encoded;
-  ShardWriterOptions wo;
+  WebDatasetWriterOptions wo;
   wo.pattern = tmp.path + "/img-%03d.tar";
-  ShardWriter writer(wo);
+  WebDatasetWriter writer(wo);
   for (int i = 0; i < 6; ++i) {
     const int w = 80 + 16 * i;
     const int h = 64 + 8 * i;
@@ -47,7 +47,7 @@ TEST_CASE("image fields of a WebDataset shard decode through stoker::vision",
     s.set("cls", Tensor::scalar<std::int64_t>(i));
     writer.write(fmt::format("s{:02}", i), s);
   }
-  const std::vector<std::string> paths = writer.finish();
+  const std::vector<std::string> paths = writer.close();
 
   SECTION("by default: the decoded image, uint8 CHW") {
     WebDatasetShards ds(paths);

@@ -52,7 +52,7 @@ TEST_CASE("TokenDataset: windows of context tokens and their next-token targets"
   TempDir dir;
   const std::string a = write_llmc(dir, 1, 100);
   const std::string b = write_raw(dir, 2, 50);
-  TokenDataset::Options opt;
+  TokenOptions opt;
   opt.context = 8;
   const TokenDataset ds({a, b}, opt);
   // (100 - 8 - 1) / 8 + 1 = 12 windows in the llm.c shard; (50 - 9) / 8 + 1 = 6 in the raw one.
@@ -77,7 +77,7 @@ TEST_CASE("TokenDataset: windows of context tokens and their next-token targets"
 TEST_CASE("TokenDataset: stride, uint16 views and int32", "[tokens]") {
   TempDir dir;
   const std::string a = write_llmc(dir, 3, 20);
-  TokenDataset::Options opt;
+  TokenOptions opt;
   opt.context = 4;
   opt.stride = 1;
   opt.dtype = DType::kUInt16;
@@ -98,7 +98,7 @@ TEST_CASE("TokenDataset: stride, uint16 views and int32", "[tokens]") {
 
 TEST_CASE("TokenDataset: bad shards are clear errors", "[tokens]") {
   TempDir dir;
-  TokenDataset::Options llmc;
+  TokenOptions llmc;
   llmc.format = TokenDataset::Format::kLlmc;
   REQUIRE_THROWS_WITH(TokenDataset({write_raw(dir, 4, 600)}, llmc),
                       Catch::Contains("is not an llm.c shard") && Catch::Contains("20240520"));
@@ -108,7 +108,7 @@ TEST_CASE("TokenDataset: bad shards are clear errors", "[tokens]") {
                       Catch::Contains("says 11 tokens") && Catch::Contains("truncated or corrupt"));
   REQUIRE_THROWS_WITH(TokenDataset({write_raw(dir, 7, 10, true)}), Catch::Contains("odd size"));
   REQUIRE_THROWS_WITH(TokenDataset({dir.path + "/missing.bin"}), Catch::Contains("cannot open"));
-  TokenDataset::Options bad;
+  TokenOptions bad;
   bad.context = 0;
   REQUIRE_THROWS_AS(TokenDataset({write_raw(dir, 8, 10)}, bad), std::invalid_argument);
 }
@@ -117,7 +117,7 @@ TEST_CASE("TokenDataset: a shuffled loader visits every window once", "[tokens]"
   TempDir dir;
   std::vector<std::string> shards;
   for (std::size_t id = 0; id < 3; ++id) shards.push_back(write_llmc(dir, id, 1000 + 37 * id));
-  TokenDataset::Options topt;
+  TokenOptions topt;
   topt.context = 64;
   const TokenDataset ds(shards, topt);
   LoaderOptions opt;

@@ -1,4 +1,4 @@
-// WebDataset tar shards through the DataLoader: shards written by ShardWriter and by GNU tar
+// WebDataset tar shards through the DataLoader: shards written by WebDatasetWriter and by GNU tar
 // (ustar, pax, GNU long names) read back exactly; map-style and streaming reading with every
 // sample once, in order, deterministic for num_workers 0/1/2/4, and resumed exactly; equal
 // batches on every rank from shards of unequal sizes; compressed shards and pipes; damaged and
@@ -52,9 +52,9 @@ std::vector<std::string> write_shards(const std::string& dir,
   std::vector<std::string> paths;
   std::size_t next = 0;
   for (std::size_t j = 0; j < sizes.size(); ++j) {
-    ShardWriterOptions options;
+    WebDatasetWriterOptions options;
     options.pattern = dir + "/part" + std::to_string(j) + "-%d.tar";
-    ShardWriter writer(options);
+    WebDatasetWriter writer(options);
     for (std::size_t k = 0; k < sizes[j]; ++k, ++next) {
       const std::string index = std::to_string(next);
       const std::string bin = bin_of(next);
@@ -63,7 +63,7 @@ std::vector<std::string> write_shards(const std::string& dir,
           {"index", as_bytes(index)}, {"bin", as_bytes(bin)}, {"txt", as_bytes(txt)}};
       writer.write(fmt::format("s{:06}", next), fields);
     }
-    const std::vector<std::string> written = writer.finish();
+    const std::vector<std::string> written = writer.close();
     REQUIRE(written.size() == (sizes[j] == 0 ? 0u : 1u));
     if (!written.empty()) paths.push_back(written[0]);
   }
@@ -211,13 +211,13 @@ TEST_CASE("shards written by GNU tar (ustar, pax, gnu, long names) read back exa
   }
 }
 
-TEST_CASE("ShardWriter shards round-trip every field, and their index is the reader's",
+TEST_CASE("WebDatasetWriter shards round-trip every field, and their index is the reader's",
           "[webdataset]") {
   TempDir tmp("writer");
-  ShardWriterOptions wo;
+  WebDatasetWriterOptions wo;
   wo.pattern = tmp.path + "/w-%03d.tar";
   wo.max_shard_bytes = 8 * 1024;  // several shards
-  ShardWriter writer(wo);
+  WebDatasetWriter writer(wo);
   for (int i = 0; i < 40; ++i) {
     Sample s;
     s.set("bin", Tensor::from(std::vector<std::uint8_t>(static_cast<std::size_t>(100 + i),
@@ -227,7 +227,7 @@ TEST_CASE("ShardWriter shards round-trip every field, and their index is the rea
     s.set(std::string(120, 'n'), Tensor::from<std::uint8_t>({1, 2}));  // needs a pax path
     writer.write(fmt::format("k{:03}", i), s);
   }
-  const std::vector<std::string> paths = writer.finish();
+  const std::vector<std::string> paths = writer.close();
   REQUIRE(paths.size() > 2);
   for (const std::string& p : paths) {
     REQUIRE(fs::file_size(p) <= 8 * 1024);
@@ -674,3 +674,229 @@ TEST_CASE("stoker-shard packs an image folder into shards that read back exactly
   REQUIRE_THAT(read_file(tmp.path + "/err.txt"), Catch::Contains("unknown option '--bogus'"));
 }
 #endif
+
+namespace {
+
+// A GNU tar shard of keys c/00 ... c/<n-1>, each a .txt member and then a .cls member (in that
+// order, as the command line gives them), with the default (gnu) format.
+std::string gnu_tar_shard(const std::string& dir, int n) {
+  std::string members;
+  for (int i = 0; i < n; ++i) {
+    const std::string key = fmt::format("c/{:02}", i);
+    write_text(dir + "/src/" + key + ".txt", "text of " + key + std::string(300, '.'));
+    write_text(dir + "/src/" + key + ".cls", std::to_string(i));
+    members += " " + key + ".txt " + key + ".cls";
+  }
+  const std::string shard = dir + "/cut.tar";
+  REQUIRE(std::system(("cd " + dir + "/src && tar -cf " + shard + members).c_str()) == 0);
+  return shard;
+}
+
+// The offset of the header block of member `name` in a tar file, found by its name field (the
+// first bytes of a 512-byte block), not with stoker's parser.
+std::uint64_t header_offset(const std::string& tar, const std::string& name) {
+  const std::string bytes = read_file(tar);
+  for (std::size_t at = 0; at + 512 <= bytes.size(); at += 512) {
+    if (bytes.compare(at, name.size(), name) == 0 && bytes[at + name.size()] == '\0') return at;
+  }
+  FAIL("no header of " << name << " in " << tar);
+  return 0;
+}
+
+// The first `n` records a stream reads, in order: each one's "txt" field's first bytes, or
+// "error: <what()>" (after a bad record the stream reads one more, from its start again, to
+// deliver its share of good ones: `n` = the records in the shards sees each once).
+std::vector<std::string> stream_records(ShardedStream stream, std::size_t n) {
+  std::vector<std::string> out;
+  while (out.size() < n) {
+    try {
+      const std::optional<Sample> s = stream.next();
+      if (!s) return out;
+      out.push_back(field_string(*s, "txt").substr(0, 12));
+    } catch (const Error& e) {
+      out.push_back(std::string("error: ") + e.what());
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a shard cut inside a member's header: the sample it cut is the bad record",
+          "[webdataset][fault]") {
+  if (std::system("tar --version > /dev/null 2>&1") != 0) FAIL("GNU tar is not installed");
+  TempDir tmp("headercut");
+  const std::string whole = gnu_tar_shard(tmp.path, 4);
+  ShardOptions options;
+  options.decoders = FieldDecoders();  // raw bytes
+  options.write_index = false;
+  StreamOptions in_order;
+  in_order.shuffle = false;
+  struct Cut {
+    std::string member;  // whose header is cut
+    std::uint64_t into;  // bytes of it left
+    std::size_t bad;     // the record that is bad: the last one
+  };
+  // The last sample's second header (its name whole, or a few bytes of it): sample 3 is the
+  // bad record. Its first header, its name whole: sample 3 too, samples 0-2 are whole. Its first
+  // header with only "c/" of its name: that could be "c/02.<more>", so sample 2 is the bad one.
+  for (const Cut& cut : {Cut{"c/03.cls", 100, 3}, Cut{"c/03.cls", 3, 3}, Cut{"c/03.cls", 5, 3},
+                         Cut{"c/03.cls", 511, 3}, Cut{"c/03.txt", 100, 3}, Cut{"c/03.txt", 300, 3},
+                         Cut{"c/03.txt", 2, 2}}) {
+    CAPTURE(cut.member, cut.into);
+    const std::string shard = tmp.path + "/cut-copy.tar";
+    fs::copy_file(whole, shard, fs::copy_options::overwrite_existing);
+    fs::resize_file(shard, header_offset(whole, cut.member) + cut.into);
+
+    WebDatasetShards ds({shard}, options);
+    REQUIRE(ds.size() == cut.bad + 1);
+    REQUIRE(ds.bad_records() == 1);
+    for (std::size_t i = 0; i < cut.bad; ++i) {
+      const Sample s = ds.get(i);
+      REQUIRE(s.size() == 2);
+      REQUIRE(field_string(s, "cls") == std::to_string(i));
+    }
+    REQUIRE_THROWS_WITH(ds.get(cut.bad),
+                        Catch::Contains(fmt::format("{}: record {}", shard, cut.bad)) &&
+                            Catch::Contains("the shard ends early (truncated)"));
+
+    const std::vector<std::string> streamed =
+        stream_records(WebDatasetShards::stream({shard}, in_order, options), ds.size());
+    REQUIRE(streamed.size() == cut.bad + 1);
+    REQUIRE(streamed[0] == "text of c/00");
+    REQUIRE(streamed[cut.bad - 1] == fmt::format("text of c/{:02}", cut.bad - 1));
+    REQUIRE_THAT(streamed[cut.bad], Catch::StartsWith("error: ") &&
+                                        Catch::Contains(fmt::format("record {}", cut.bad)));
+  }
+  // Through a loader under kSkip: samples 0-2, one skipped.
+  fs::copy_file(whole, tmp.path + "/skip.tar");
+  fs::resize_file(tmp.path + "/skip.tar", header_offset(whole, "c/03.cls") + 100);
+  LoaderOptions opt;
+  opt.batch_size = 2;
+  opt.num_workers = 2;
+  opt.on_sample_error = OnSampleError::kSkip;
+  DataLoader loader(WebDatasetShards({tmp.path + "/skip.tar"}, options), opt);
+  std::size_t seen = 0;
+  for (const Batch& batch : loader) seen += batch.size();
+  REQUIRE(seen == 3);
+  REQUIRE(loader.stats().skipped_samples == 1);
+}
+
+TEST_CASE("a 0-byte shard is an error naming it, map-style and streaming", "[webdataset][fault]") {
+  TempDir tmp("empty");
+  const std::vector<std::string> good = write_shards(tmp.path, {5});
+  const std::string empty = tmp.path + "/empty.tar";
+  write_text(empty, "");
+  const auto names_it = Catch::Contains("WebDatasetShards: " + empty + " is empty (0 bytes)");
+  REQUIRE_THROWS_AS(WebDatasetShards({good[0], empty}), Error);
+  REQUIRE_THROWS_WITH(WebDatasetShards({good[0], empty}), names_it);
+  REQUIRE_THROWS_WITH(WebDatasetShards::stream({good[0], empty}), names_it);
+  // Compressed: a 0-byte .tar.gz, and a gzip stream of nothing.
+  write_text(tmp.path + "/empty.tar.gz", "");
+  REQUIRE_THROWS_WITH(WebDatasetShards::stream({tmp.path + "/empty.tar.gz"}),
+                      Catch::Contains(tmp.path + "/empty.tar.gz") && Catch::Contains("empty"));
+  REQUIRE(std::system(("gzip -c < /dev/null > " + tmp.path + "/nothing.tar.gz").c_str()) == 0);
+  REQUIRE_THROWS_WITH(WebDatasetShards::stream({tmp.path + "/nothing.tar.gz"}),
+                      Catch::Contains(tmp.path + "/nothing.tar.gz") && Catch::Contains("empty"));
+  // A pipe whose count is given is read only by the workers: its first record is the error.
+  StreamOptions so;
+  so.sample_counts = {5, 2};
+  so.shuffle = false;
+  const std::vector<std::string> records =
+      stream_records(WebDatasetShards::stream({good[0], "pipe:cat " + empty}, so), 7);
+  REQUIRE(records.size() == 7);
+  REQUIRE_THAT(records[5], Catch::Contains("pipe:cat " + empty) && Catch::Contains("empty"));
+}
+
+TEST_CASE("upper-case extensions are lower-cased into field names unless told otherwise",
+          "[webdataset]") {
+  if (std::system("tar --version > /dev/null 2>&1") != 0) FAIL("GNU tar is not installed");
+  TempDir tmp("upper");
+  write_text(tmp.path + "/uc/a.JPG", "jpeg bytes");
+  write_text(tmp.path + "/uc/a.CLS", "7");
+  write_text(tmp.path + "/uc/b.Seg.PNG", "png bytes");
+  write_text(tmp.path + "/uc/b.cls", "8");
+  write_text(tmp.path + "/uc/b.", "a member named 'key.'");
+  write_text(tmp.path + "/uc/c.jpg", "lower");
+  write_text(tmp.path + "/uc/c.JPG", "upper");
+  write_text(tmp.path + "/uc/d.cls", "9");
+  const std::string shard = tmp.path + "/uc.tar";
+  REQUIRE(std::system(("cd " + tmp.path + " && tar -cf " + shard +
+                       " uc/a.JPG uc/a.CLS uc/b.Seg.PNG uc/b. uc/b.cls uc/c.jpg uc/c.JPG uc/d.cls")
+                          .c_str()) == 0);
+  WebDatasetOptions options;
+  options.decoders = FieldDecoders().set("cls", decode_int_field);
+  options.write_index = false;
+  SECTION("by default, as WebDataset groups them") {
+    WebDatasetShards ds({shard}, options);
+    REQUIRE(ds.size() == 4);
+    const Sample a = ds.get(0);
+    REQUIRE(a.size() == 2);
+    REQUIRE(field_string(a, "jpg") == "jpeg bytes");
+    REQUIRE(a["cls"].item<std::int64_t>() == 7);  // decoded by the lower-case name
+    // "b." has no field name: it is passed over, and b's other members make the sample.
+    const Sample b = ds.get(1);
+    REQUIRE(b.size() == 2);
+    REQUIRE(field_string(b, "seg.png") == "png bytes");
+    REQUIRE(b["cls"].item<std::int64_t>() == 8);
+    // c.jpg and c.JPG are one field twice: a bad record.
+    REQUIRE(ds.bad_records() == 1);
+    REQUIRE_THROWS_WITH(ds.get(2), Catch::Contains("field 'jpg' of key 'uc/c' appears twice"));
+    REQUIRE(ds.get(3)["cls"].item<std::int64_t>() == 9);
+    StreamOptions so;
+    so.shuffle = false;
+    ShardedStream stream = WebDatasetShards::stream({shard}, so, options);
+    REQUIRE(field_string(*stream.next(), "jpg") == "jpeg bytes");
+    REQUIRE(field_string(*stream.next(), "seg.png") == "png bytes");
+    REQUIRE_THROWS_WITH(stream.next(), Catch::Contains("appears twice"));
+    REQUIRE((*stream.next())["cls"].item<std::int64_t>() == 9);
+  }
+  SECTION("kept as they are with lowercase_fields = false") {
+    options.lowercase_fields = false;
+    WebDatasetShards ds({shard}, options);
+    REQUIRE(ds.size() == 4);
+    REQUIRE(ds.bad_records() == 0);
+    const Sample a = ds.get(0);
+    REQUIRE(field_string(a, "JPG") == "jpeg bytes");
+    REQUIRE(field_string(a, "CLS") == "7");  // no decoder of that name: raw bytes
+    REQUIRE(field_string(ds.get(1), "Seg.PNG") == "png bytes");
+    REQUIRE(ds.get(2).size() == 2);  // jpg and JPG are two fields
+    StreamOptions so;
+    so.shuffle = false;
+    ShardedStream stream = WebDatasetShards::stream({shard}, so, options);
+    REQUIRE(field_string(*stream.next(), "JPG") == "jpeg bytes");
+  }
+}
+
+TEST_CASE("a .tar.gz whose gzip checksum is wrong is an error naming it", "[webdataset][fault]") {
+  TempDir tmp("gzcrc");
+  const std::vector<std::string> plain = write_shards(tmp.path, {10});
+  const std::string gz = plain[0] + ".gz";
+  REQUIRE(std::system(("gzip -c " + plain[0] + " > " + gz).c_str()) == 0);
+  {
+    // The trailer: CRC-32 of the data, then its size (RFC 1952). The data itself is intact.
+    std::fstream f(gz, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(fs::file_size(gz) - 8));
+    const char crc0 = static_cast<char>(f.get());
+    f.seekp(static_cast<std::streamoff>(fs::file_size(gz) - 8));
+    f.put(static_cast<char>(crc0 ^ 0x5a));
+  }
+  // The counting pass reads it all.
+  REQUIRE_THROWS_WITH(WebDatasetShards::stream({gz}, {}, test_fields()),
+                      Catch::Contains(gz) && Catch::Contains("incorrect data check"));
+  // With its count given, the reading stream meets the bad checksum at the shard's end.
+  StreamOptions so;
+  so.sample_counts = {10};
+  so.shuffle = false;
+  ShardedStream stream = WebDatasetShards::stream({gz}, so, test_fields());
+  bool reported = false;
+  for (int i = 0; i < 40 && !reported; ++i) {
+    try {
+      if (!stream.next()) break;
+    } catch (const Error& e) {
+      REQUIRE_THAT(e.what(), Catch::Contains(gz) && Catch::Contains("incorrect data check"));
+      reported = true;
+    }
+  }
+  REQUIRE(reported);
+}

@@ -1,6 +1,6 @@
 // TarBuilder: tar archives byte by byte, for the parser's tests: ustar headers with a right
 // (or deliberately wrong) checksum, pax and GNU long-name headers, and damage on request. It is
-// written from the POSIX layout independently of stoker's ShardWriter, so the two check each
+// written from the POSIX layout independently of stoker's WebDatasetWriter, so the two check each
 // other.
 #pragma once
 

@@ -1,6 +1,6 @@
 // loader/loader_state.hpp: DataLoader::state() text. A round trip through capture_state,
-// format_state, parse_state and apply_state, every rejection of parse_state() with its message,
-// and apply_state()'s checks (another epoch size, a 'done' batch listed twice).
+// format_state, parse_state and apply_state, every rejection of parse_loader_state() with its
+// message, and apply_state()'s checks (another epoch size, a 'done' batch listed twice).
 #include <algorithm>
 #include <cstddef>
 #include <stdexcept>
@@ -47,7 +47,7 @@ std::string state_with(const std::string& key, const std::string& line) {
 }
 
 std::string rejection(const std::string& text) {
-  return message_of<std::invalid_argument>([&] { (void)parse_state(text); });
+  return message_of<std::invalid_argument>([&] { (void)parse_loader_state(text); });
 }
 
 constexpr const char* kNotAState =
@@ -56,7 +56,7 @@ constexpr const char* kNotAState =
 }  // namespace
 
 TEST_CASE("loader state: the documented text parses", "[loader_state]") {
-  const LoaderState s = parse_state(state_with("", ""));
+  const LoaderState s = parse_loader_state(state_with("", ""));
   CHECK(s.epoch == 3);
   CHECK(s.seed == 42);
   CHECK(s.dataset_size == 1000);
@@ -83,7 +83,7 @@ TEST_CASE("loader state: capture, format, parse and apply give back the plan's p
   CHECK(captured.skipped == 3);
 
   const std::string text = format_state(captured);
-  const LoaderState parsed = parse_state(text);
+  const LoaderState parsed = parse_loader_state(text);
   CHECK(parsed.epoch == captured.epoch);
   CHECK(parsed.seed == captured.seed);
   CHECK(parsed.dataset_size == captured.dataset_size);
@@ -110,17 +110,17 @@ TEST_CASE("loader state: a fresh epoch and a finished one", "[loader_state]") {
   CHECK(start.position == 0);
   CHECK(start.extra_done.empty());
   CHECK(format_state(start).find("\ndone\n") != std::string::npos);  // an empty 'done' line
-  CHECK(parse_state(format_state(start)).extra_done.empty());
+  CHECK(parse_loader_state(format_state(start)).extra_done.empty());
 
   for (std::size_t k = 0; k < plan.num_batches; ++k) plan.mark_delivered(k);
-  const LoaderState end = parse_state(format_state(capture_state(plan, 5, 0)));
+  const LoaderState end = parse_loader_state(format_state(capture_state(plan, 5, 0)));
   CHECK(end.position == plan.num_batches);
   CHECK(end.extra_done.empty());
 }
 
 TEST_CASE("loader state: lines in another order, blanks between fields, an unknown line",
           "[loader_state]") {
-  const LoaderState s = parse_state(
+  const LoaderState s = parse_loader_state(
       "stoker-loader-state 1\nposition 2\ndone 5\nbatches 6\nsamples 40\n"
       "seed   9\nepoch\t1\nnote written by a newer version\n");
   CHECK(s.epoch == 1);
@@ -178,16 +178,16 @@ TEST_CASE("loader state: rejects a state without a required line", "[loader_stat
           std::string("DataLoader::load_state: the state has no '") + key + "' line");
   }
   // 'done' and 'skipped' may be left out.
-  CHECK(parse_state(state_with("done", "")).extra_done.empty());
-  CHECK(parse_state(state_with("skipped", "")).skipped == 0);
+  CHECK(parse_loader_state(state_with("done", "")).extra_done.empty());
+  CHECK(parse_loader_state(state_with("skipped", "")).skipped == 0);
 }
 
 TEST_CASE("loader state: rejects a position past the batches", "[loader_state]") {
   CHECK(rejection(state_with("position", "position 33")) ==
         "DataLoader::load_state: position 33 is past the epoch's 32 batches");
   // At the end is a finished epoch, not an error.
-  CHECK(parse_state("stoker-loader-state 1\nepoch 3\nseed 42\nsamples 1000\nbatches 32\n"
-                    "position 32\n")
+  CHECK(parse_loader_state("stoker-loader-state 1\nepoch 3\nseed 42\nsamples 1000\nbatches 32\n"
+                           "position 32\n")
             .position == 32);
 }
 
@@ -205,7 +205,8 @@ TEST_CASE("loader state: rejects a 'done' batch out of place", "[loader_state]")
           "DataLoader::load_state: batch 1000 in 'done' is out of place");
   }
   // The position itself and the last batch are in place.
-  CHECK(parse_state(state_with("done", "done 7 31")).extra_done == std::vector<std::size_t>{7, 31});
+  CHECK(parse_loader_state(state_with("done", "done 7 31")).extra_done ==
+        std::vector<std::size_t>{7, 31});
 }
 
 TEST_CASE("loader state: apply_state refuses another epoch size", "[loader_state]") {
@@ -228,7 +229,7 @@ TEST_CASE("loader state: apply_state refuses another epoch size", "[loader_state
 }
 
 TEST_CASE("loader state: a 'done' batch listed twice counts once", "[loader_state]") {
-  const LoaderState s = parse_state(
+  const LoaderState s = parse_loader_state(
       "stoker-loader-state 1\nepoch 0\nseed 5\nsamples 100\nbatches 13\n"
       "position 2\ndone 6 9 6\ndone 9\n");
   CHECK(s.extra_done == std::vector<std::size_t>{6, 9, 6, 9});
@@ -240,4 +241,85 @@ TEST_CASE("loader state: a 'done' batch listed twice counts once", "[loader_stat
   std::vector<std::uint8_t> want(13, 0);
   for (const std::size_t k : {0U, 1U, 6U, 9U}) want[k] = 1;
   CHECK(plan.done == want);
+}
+
+TEST_CASE("loader state: a sampler's order key, world size and rank travel with the state",
+          "[loader_state]") {
+  EpochPlan plan = plan_of(2);
+  for (const std::size_t k : {0U, 1U, 2U}) plan.mark_delivered(k);
+  const OrderInfo order{"shard-shuffle/1 seed=7 partitions=4", 4, 1};
+  const std::string text = format_state(capture_state(plan, 5, 0, order));
+  CHECK(text.find("\norder shard-shuffle/1 seed=7 partitions=4\nworld 4\nrank 1\n") !=
+        std::string::npos);
+  const LoaderState parsed = parse_loader_state(text);
+  CHECK(parsed.order == order.key);
+  CHECK(parsed.world_size == 4);
+  CHECK(parsed.rank == 1);
+  CHECK(format_state(parsed) == text);
+  // Without a key, none of the three lines is written.
+  const std::string plain = format_state(capture_state(plan, 5, 0));
+  CHECK(plain.find("order") == std::string::npos);
+  CHECK(plain.find("world") == std::string::npos);
+  // Blanks after the key are not part of it.
+  CHECK(parse_loader_state(state_with("skipped", "order a b \t\r")).order == "a b");
+}
+
+TEST_CASE("loader state: rejects an empty order key and a rank not below the world size",
+          "[loader_state]") {
+  CHECK(rejection(state_with("skipped", "order ")) ==
+        "DataLoader::load_state: cannot read the line 'order '");
+  CHECK(rejection(state_with("skipped", "order x\nworld 4\nrank 4")) ==
+        "DataLoader::load_state: rank 4 is not below the world size 4");
+  CHECK(rejection(state_with("skipped", "order x\nworld 0")) ==
+        "DataLoader::load_state: rank 0 is not below the world size 0");
+  CHECK(rejection(state_with("skipped", "world two")) ==
+        "DataLoader::load_state: cannot read the line 'world two'");
+}
+
+TEST_CASE("loader state: check_order refuses another order and out-of-order batches elsewhere",
+          "[loader_state]") {
+  LoaderState saved =
+      parse_loader_state(state_with("done", "done") + "order shard-shuffle/1 a\nworld 4\nrank 0\n");
+  // Another world size and rank: fine for an in-order state.
+  CHECK_NOTHROW(check_order(saved, OrderInfo{"shard-shuffle/1 a", 2, 1}));
+  CHECK(message_of<std::invalid_argument>([&] {
+          check_order(saved, OrderInfo{"shard-shuffle/1 b", 4, 0});
+        }) ==
+        "DataLoader::load_state: the state was saved under the order 'shard-shuffle/1 a', but "
+        "this loader's sampler gives 'shard-shuffle/1 b'; resume with the sampler built as it "
+        "was (the same shards, seed and options; with ShardShuffle only the world size may "
+        "change)");
+  CHECK(message_of<std::invalid_argument>([&] { check_order(saved, OrderInfo{}); }) ==
+        "DataLoader::load_state: the state was saved under the order 'shard-shuffle/1 a', but "
+        "this loader's sampler gives '(none)'; resume with the sampler built as it was (the "
+        "same shards, seed and options; with ShardShuffle only the world size may change)");
+  saved.extra_done = {9, 12};
+  CHECK_NOTHROW(check_order(saved, OrderInfo{"shard-shuffle/1 a", 4, 0}));
+  CHECK(message_of<std::invalid_argument>([&] {
+          check_order(saved, OrderInfo{"shard-shuffle/1 a", 2, 0});
+        }) ==
+        "DataLoader::load_state: the state has 2 batches handed out of order (in_order = "
+        "false) by rank 0 of 4, which other ranks may not have had; this is rank 0 of 2: "
+        "resume each rank from its own state on the same world size, or save states with "
+        "in_order = true");
+  CHECK_THROWS_AS(check_order(saved, OrderInfo{"shard-shuffle/1 a", 4, 3}), std::invalid_argument);
+  // A state without an 'order' line (saved before keys, or without a keyed sampler) is not
+  // checked.
+  const LoaderState old = parse_loader_state(state_with("", ""));
+  CHECK_NOTHROW(check_order(old, OrderInfo{"distributed/1 replicas=4", 4, 2}));
+}
+
+TEST_CASE("loader state: in order, delivery steps past batches the state marked done",
+          "[loader_state]") {
+  // A state saved out of order (batch 8 handed out before 6 and 7) resumed by a loader that
+  // delivers in order: after batch 7 comes 9, not a wait for 8, which is never loaded again.
+  EpochPlan plan = plan_of(0);
+  apply_state(parse_loader_state("stoker-loader-state 1\nepoch 0\nseed 5\nsamples 100\n"
+                                 "batches 13\nposition 7\ndone 8\n"),
+              plan);
+  REQUIRE(plan.next_in_order == 7);
+  plan.mark_delivered(7);
+  CHECK(plan.next_in_order == 9);
+  plan.mark_delivered(9);
+  CHECK(plan.next_in_order == 10);
 }

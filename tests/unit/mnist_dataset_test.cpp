@@ -208,11 +208,12 @@ TEST_CASE("MnistDataset reads gzip-compressed files and rejects cut-short ones",
   REQUIRE_THAT(
       message_of<IdxFormatError>([&] { MnistDataset(dir.str(), MnistDataset::Mode::kTest); }),
       Contains(images.string()) && Contains("cut short"));
-  // Compressed data that is not gzip's: zlib reads it as it is, and it is no IDX file.
+  // A .gz file that is not gzip at all: inflate refuses its header.
   write(images, {'n', 'o', 't', ' ', 'g', 'z', 'i', 'p'});
   REQUIRE_THAT(
       message_of<IdxFormatError>([&] { MnistDataset(dir.str(), MnistDataset::Mode::kTest); }),
-      Contains(images.string() + ": bad magic number"));
+      Contains(images.string() + ": the gzip data is cut short or corrupt") &&
+          Contains("incorrect header check"));
 }
 #endif
 

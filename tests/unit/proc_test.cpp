@@ -1,7 +1,9 @@
 // os/proc.hpp, the one /proc reader: the parse_* functions on sample texts (smaps_rollup lines
 // that start like "Pss" without being it, /proc/stat lines too short to use, meminfo keys that
-// are suffixes of others), read_meminfo under a fake root, count_threads() and process_tree()
-// of this process (with a forked child, the one fork in this file).
+// are suffixes of others, statm, the shared-memory lines of maps), read_meminfo under a fake
+// root, count_threads() and process_tree() of this process (with a forked child, the one fork
+// in this file). The tree memory reader and sampler are tested on real trees in
+// tests/process/memory_sampler_test.cpp.
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -245,4 +247,102 @@ TEST_CASE("proc: process_tree holds this process first, then a forked child", "[
   }
   CHECK(std::find(tree.begin(), tree.end(), child) != tree.end());
   CHECK(std::count(tree.begin(), tree.end(), self) == 1);
+}
+
+TEST_CASE("proc: statm's size, resident and shared pages; its anonymous part", "[proc]") {
+  const auto p = parse_statm("2099476 5736 5618 168 0 151 0\n");
+  REQUIRE(p.has_value());
+  CHECK(p->size == 2099476);
+  CHECK(p->resident == 5736);
+  CHECK(p->shared == 5618);
+  CHECK(p->anonymous() == 118);
+  // A zombie's statm: all zeros.
+  const auto zombie = parse_statm("0 0 0 0 0 0 0\n");
+  REQUIRE(zombie.has_value());
+  CHECK(zombie->anonymous() == 0);
+  CHECK(parse_statm("12 3 1").has_value());  // no newline, no more fields: enough
+}
+
+TEST_CASE("proc: statm text that cannot be used", "[proc]") {
+  CHECK_FALSE(parse_statm("").has_value());
+  CHECK_FALSE(parse_statm("12 3").has_value());            // two fields
+  CHECK_FALSE(parse_statm("12 x 1 0 0 0 0").has_value());  // not a number
+  CHECK_FALSE(parse_statm("12 3 4 0 0 0 0").has_value());  // shared above resident
+  CHECK_FALSE(parse_statm("-12 3 1").has_value());
+  CHECK_FALSE(parse_statm("99999999999999999999 3 1").has_value());  // > 2^64
+}
+
+namespace {
+
+// A main process's maps: the ring (memfd, shared), a read-only second view of a cache memfd, a
+// private mapping of a memfd (its written pages are anonymous), a PyTorch batch in /dev/shm, a
+// System V segment, a MAP_SHARED | MAP_ANONYMOUS mapping, a shared mapping of an ordinary file
+// (page cache), libraries, heap and stack; then lines that are cut short or malformed.
+constexpr const char* kMaps =
+    "00400000-00452000 r-xp 00000000 08:02 173521                             /usr/bin/prog\n"
+    "55d0c0a00000-55d0c0a21000 rw-p 00000000 00:00 0                          [heap]\n"
+    "7f0f40000000-7f1740000000 rw-s 00000000 00:01 4121                       "
+    "/memfd:stoker-ring (deleted)\n"
+    "7f1800000000-7f1800400000 r--s 00000000 00:01 4200                       "
+    "/memfd:stoker-cache (deleted)\n"
+    "7f1900000000-7f1900400000 rw-s 00000000 00:01 4200                       "
+    "/memfd:stoker-cache (deleted)\n"
+    "7f1a00000000-7f1a00100000 rw-p 00000000 00:01 4300                       "
+    "/memfd:private (deleted)\n"
+    "7f1b00000000-7f1b00930000 rw-s 00000000 00:19 88                         "
+    "/dev/shm/torch_1234_567_0 (deleted)\n"
+    "7f1c00000000-7f1c00010000 rw-s 00000000 00:01 32769                      "
+    "/SYSV0000002a (deleted)\n"
+    "7f1d00000000-7f1d00002000 rw-s 00000000 00:01 9                          "
+    "/dev/zero (deleted)\n"
+    "7f1e00000000-7f1e00100000 rw-s 00000000 fd:01 131                        /data/my file.bin\n"
+    "7f2000000000-7f2000002000 rw-p 0001d000 08:01 42                         /usr/lib/libc.so.6\n"
+    "7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]\n"
+    "7f3000000000-7f3000001000 rw-s 00000000 00:01\n"
+    "7f3100000000-7f3100001000 rw-s 00000000 00:01 77\n"
+    "7f3200000000-7f3100001000 rw-s 00000000 00:01 78     /memfd:backwards (deleted)\n"
+    "7f33000000007f3300001000 rw-s 00000000 00:01 79     /memfd:no-dash (deleted)\n"
+    "7f3400000000-7f3400001000 rw-s 00000000 00:01:03 80  /memfd:bad-device (deleted)\n"
+    "7f3500000000-7f3500001000 rws 00000000 00:01 81      /memfd:short-perms (deleted)\n"
+    "7f3600000000-7f3600001000 rw-s 00000000 100000000:01 82 /memfd:huge-major (deleted)\n"
+    "7f3700000000-7f3700001000 rw-s 00000000 00:01 83     /memfd:last line, no newline";
+
+}  // namespace
+
+TEST_CASE("proc: the shared-memory mappings of a maps text", "[proc]") {
+  const std::vector<ShmemMapping> m = parse_shmem_mappings(kMaps);
+  REQUIRE(m.size() == 7);
+  CHECK(m[0].start == 0x7f0f40000000);
+  CHECK(m[0].end == 0x7f1740000000);
+  CHECK(m[0].device == ((std::uint64_t{0} << 32) | 1));
+  CHECK(m[0].inode == 4121);
+  CHECK(m[0].name == "/memfd:stoker-ring (deleted)");
+  // Both views of the cache are listed: the reader counts the object once, by inode.
+  CHECK(m[1].name == "/memfd:stoker-cache (deleted)");
+  CHECK(m[2].inode == m[1].inode);
+  CHECK(m[2].start == 0x7f1900000000);
+  // The private memfd mapping is not one (its written pages are the process's anonymous ones).
+  CHECK(m[3].name == "/dev/shm/torch_1234_567_0 (deleted)");
+  CHECK(m[3].device == 0x19);
+  CHECK(m[3].end - m[3].start == 0x930000);
+  CHECK(m[4].name == "/SYSV0000002a (deleted)");
+  CHECK(m[4].inode == 32769);
+  CHECK(m[5].name == "/dev/zero (deleted)");
+  // The file on disk is page cache; the lines after the stack are malformed but the last one,
+  // which has no newline.
+  CHECK(m[6].name == "/memfd:last line, no newline");
+  CHECK(m[6].inode == 83);
+}
+
+TEST_CASE("proc: maps texts without a shared-memory mapping", "[proc]") {
+  CHECK(parse_shmem_mappings("").empty());
+  CHECK(parse_shmem_mappings("\n\n").empty());
+  CHECK(parse_shmem_mappings("garbage\n-\n 1-2 rw-s\n").empty());
+  // The device's major and minor numbers are hexadecimal, as the kernel prints them.
+  const auto hex = parse_shmem_mappings("1000-2000 rw-s 00000000 fd:1f 5 /memfd:x (deleted)\n");
+  REQUIRE(hex.size() == 1);
+  CHECK(hex[0].device == ((std::uint64_t{0xfd} << 32) | 0x1f));
+  // A shared mapping whose path merely contains a shared-memory name is a file like any other.
+  CHECK(parse_shmem_mappings("1000-2000 rw-s 00000000 08:01 5 /home/u/dev/shm/x\n").empty());
+  CHECK(parse_shmem_mappings("1000-2000 rw-p 00000000 00:01 5 /dev/zero (deleted)\n").empty());
 }

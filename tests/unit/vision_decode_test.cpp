@@ -1,7 +1,11 @@
 // Unit tests for include/stoker/vision/image.hpp: format sniffing, headers, JPEG / PNG / WebP
 // decoding (colour modes, regions, DCT scales) and errors for corrupt, truncated or unknown
-// bytes, which must never crash; and a Pipeline run on decoded bytes.
+// bytes, which must never crash, and a truncated file failing the same way whatever region a
+// pipeline decodes; and a Pipeline run on decoded bytes.
 #include <catch2/catch.hpp>
+
+#include <functional>
+#include <string>
 
 #include "stoker/vision.hpp"
 #include "support/images.hpp"
@@ -202,4 +206,84 @@ TEST_CASE("fast mode decodes at a DCT scale only where the output keeps its reso
   const Tensor c = exact(small);
   const Tensor e = fast(small);
   REQUIRE(std::equal(c.bytes().begin(), c.bytes().end(), e.bytes().begin()));
+}
+
+namespace {
+
+// What a decode or pipeline run did with the bytes: "" for a tensor, else the DecodeError's
+// text (any other exception fails the test).
+std::string outcome(const std::function<void()>& run) {
+  try {
+    run();
+    return "";
+  } catch (const DecodeError& e) {
+    return e.what();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a truncated image fails the same way whatever the crop, as Pillow's load does",
+          "[vision]") {
+  const int w = 600;
+  const int h = 450;
+  const auto rgb = test::photo_pixels(w, h, 11);
+  const auto jpeg = test::encode_jpeg(rgb, w, h);
+  const auto progressive = test::encode_jpeg(rgb, w, h, TJSAMP_420, true);
+  const auto png = test::encode_png(rgb, w, h);
+  auto cut = [](std::vector<std::uint8_t> bytes, double keep) {
+    bytes.resize(static_cast<std::size_t>(static_cast<double>(bytes.size()) * keep));
+    return bytes;
+  };
+  auto without_eoi = [](std::vector<std::uint8_t> bytes) {
+    REQUIRE(bytes[bytes.size() - 2] == 0xff);
+    REQUIRE(bytes[bytes.size() - 1] == 0xd9);
+    bytes.resize(bytes.size() - 2);
+    return bytes;
+  };
+  const std::vector<std::pair<std::string, std::vector<std::uint8_t>>> damaged = {
+      {"jpeg cut at 99%", cut(jpeg, 0.99)},
+      {"jpeg without its end-of-image marker", without_eoi(jpeg)},
+      {"progressive jpeg cut at 99%", cut(progressive, 0.99)},
+      {"png cut at 90%", cut(png, 0.90)},
+  };
+  const Pipeline val{Resize(256), CenterCrop(224)};
+  const Pipeline train{RandomResizedCrop(224)};
+  for (const auto& [name, bytes] : damaged) {
+    INFO(name);
+    const std::string full = outcome([&] { decode(bytes, {}, "cut.img"); });
+    REQUIRE_THAT(full, Contains("cannot decode cut.img: it is truncated: its " +
+                                std::to_string(bytes.size()) + " bytes end before the image does"));
+    REQUIRE_THAT(full, Contains("replace or remove it, or let a DataLoader skip such samples"));
+    // The region decodes stop above the missing rows; the error must not depend on that.
+    REQUIRE(outcome([&] { val(bytes, "cut.img"); }) == full);
+    DecodeOptions top;
+    top.roi = Rect{0, 0, 50, 20};
+    REQUIRE(outcome([&] { decode(bytes, top, "cut.img"); }) == full);
+    for (std::uint64_t seed = 0; seed < 100; ++seed) {
+      Generator rng(seed);
+      INFO("seed " << seed);
+      REQUIRE(outcome([&] { train.run(bytes, rng, "cut.img"); }) == full);
+    }
+  }
+  // Not truncated: bytes after a JPEG's end-of-image marker or a PNG's IEND, a PNG without its
+  // IEND chunk (all of which Pillow loads) decode, region by region, to the whole file's
+  // pixels.
+  auto trailing = jpeg;
+  trailing.insert(trailing.end(), {'e', 'x', 't', 'r', 'a', 0, 0});
+  auto no_iend = png;
+  no_iend.resize(no_iend.size() - 12);
+  auto after_iend = png;
+  after_iend.insert(after_iend.end(), {'m', 'o', 'r', 'e'});
+  for (const auto& [whole, changed] :
+       {std::pair{&jpeg, &trailing}, std::pair{&png, &no_iend}, std::pair{&png, &after_iend}}) {
+    const Tensor a = val(*whole);
+    const Tensor b = val(*changed);
+    REQUIRE(std::equal(a.bytes().begin(), a.bytes().end(), b.bytes().begin()));
+    Generator g1(3);
+    Generator g2(3);
+    const Tensor c = train.run(*whole, g1);
+    const Tensor d = train.run(*changed, g2);
+    REQUIRE(std::equal(c.bytes().begin(), c.bytes().end(), d.bytes().begin()));
+  }
 }

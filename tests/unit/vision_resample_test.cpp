@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "stoker/vision.hpp"
+#include "support/random_image.hpp"
 #include "vision/resample.hpp"
 #include "vision/resample_simd.hpp"
 
@@ -14,22 +15,8 @@ using namespace stoker::vision;
 
 namespace {
 
-Image random_image(int width, int height, int channels, std::uint64_t seed) {
-  Image image;
-  image.reset(width, height, channels);
-  Generator rng(seed);
-  for (std::size_t i = 0; i < image.row_bytes() * static_cast<std::size_t>(height); ++i) {
-    image.pixels[i] = static_cast<std::uint8_t>(rng.below(256));
-  }
-  return image;
-}
-
-bool same_pixels(const Image& a, const Image& b) {
-  if (a.width != b.width || a.height != b.height || a.channels != b.channels) return false;
-  const std::size_t n = a.row_bytes() * static_cast<std::size_t>(a.height);
-  return std::equal(a.pixels.begin(), a.pixels.begin() + static_cast<std::ptrdiff_t>(n),
-                    b.pixels.begin());
-}
+using stoker::test::random_image;
+using stoker::test::same_pixels;
 
 }  // namespace
 

@@ -3,11 +3,13 @@
 // Pipeline's builder rules, and the output conversions (float32, bfloat16, float16).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
 
 #include "stoker/vision.hpp"
+#include "support/random_image.hpp"
 #include "vision/output.hpp"
 #include "vision/resample.hpp"
 
@@ -85,6 +87,91 @@ TEST_CASE("RandomCrop pads as torchvision and draws uniform offsets", "[vision]"
   }
   REQUIRE(lefts.size() == 9);
   REQUIRE_THROWS_WITH(crop.sample(rng, {20, 40}), Contains("larger than the (padded) image"));
+}
+
+namespace {
+
+Image test_image(int width, int height, std::uint64_t seed = 1) {
+  return stoker::test::random_image(width, height, 3, seed);
+}
+
+}  // namespace
+
+TEST_CASE("RandomCrop's reflect and symmetric padding pads twice, as torchvision", "[vision]") {
+  // torchvision pads `padding` first, then pad_if_needed's shortfall on the padded image;
+  // reflecting the padded image is not one larger reflection of the original.
+  const Image image = test_image(17, 13, 4);
+  for (PaddingMode mode : {PaddingMode::kReflect, PaddingMode::kSymmetric, PaddingMode::kEdge,
+                           PaddingMode::kConstant}) {
+    const RandomCrop crop(40, Padding(2), true, {10, 20, 30}, mode);
+    const Padding more = crop.shortfall_padding({13, 17});
+    REQUIRE(more.left == 40 - 21);
+    REQUIRE(more.top == 40 - 17);
+    const Pipeline pipeline{crop};
+    for (std::uint64_t seed = 0; seed < 5; ++seed) {
+      Generator rng(seed);
+      Trace trace;
+      const Tensor got = pipeline.run(image, rng, "small", &trace);
+      Image once;
+      functional::crop(image, Rect{-2, -2, 21, 17}, once, {10, 20, 30}, mode);
+      Image twice;
+      functional::crop(once, Rect{-more.left, -more.top, 21 + 2 * more.left, 17 + 2 * more.top},
+                       twice, {10, 20, 30}, mode);
+      Image expected;
+      functional::crop(twice, trace.boxes.at(0), expected);
+      Image single;  // one padding by the total, which torchvision does not do
+      const Padding total = crop.total_padding({13, 17});
+      functional::crop(image,
+                       Rect{-total.left, -total.top, 17 + 2 * total.left, 13 + 2 * total.top},
+                       single, {10, 20, 30}, mode);
+      const bool differs_from_single =
+          mode == PaddingMode::kReflect || mode == PaddingMode::kSymmetric;
+      Image single_crop;
+      functional::crop(single, trace.boxes.at(0), single_crop);
+      INFO("mode " << static_cast<int>(mode) << ", seed " << seed);
+      REQUIRE(got.shape() == Shape({3, 40, 40}));
+      const std::uint8_t* t = got.data<std::uint8_t>();
+      bool equal_expected = true;
+      bool equal_single = true;
+      for (int c = 0; c < 3; ++c) {
+        for (int y = 0; y < 40; ++y) {
+          for (int x = 0; x < 40; ++x) {
+            const std::uint8_t v = t[(c * 40 + y) * 40 + x];
+            equal_expected &= v == expected.row(y)[x * 3 + c];
+            equal_single &= v == single_crop.row(y)[x * 3 + c];
+          }
+        }
+      }
+      REQUIRE(equal_expected);
+      REQUIRE(equal_single != differs_from_single);
+    }
+  }
+}
+
+TEST_CASE("a zero-sized output is an error naming the sizes; an empty crop box is black",
+          "[vision]") {
+  // Resize(2, max_size=10) on a 1 x 37 image: 74 x 2 capped to 10 x int(10 * 2 / 74) = 0.
+  const Image thin = test_image(1, 37);
+  const Pipeline resize{Resize(2, Interpolation::kBilinear, 10)};
+  Generator rng(0);
+  REQUIRE(resize.transforms().size() == 1);
+  REQUIRE_THROWS_AS(resize.run(thin, rng, "thin.png"), Error);
+  REQUIRE_THROWS_WITH(resize.run(thin, rng, "thin.png"),
+                      Contains("vision::Pipeline: thin.png (1 x 37): vision::Resize(2, "
+                               "max_size=10): the image would become 10 x 0 (height x width)") &&
+                          Contains("raise max_size"));
+  // The other way round it fits: 37 wide, 1 tall becomes 0 x 10 as well.
+  REQUIRE_THROWS_WITH(resize.run(test_image(37, 1), rng), Contains("would become 0 x 10"));
+  // torchvision's RandomResizedCrop fallback on a 1 x 1 image with ratios (0.1, 0.2) is a box
+  // 0 pixels wide; Pillow resizes the empty crop to black, and so does stoker.
+  Image dot = test_image(1, 1);
+  dot.pixels[0] = dot.pixels[1] = dot.pixels[2] = 200;
+  const RandomResizedCrop sliver(4, {0.08, 1.0}, {0.1, 0.2});
+  REQUIRE(sliver.sample(rng, {1, 1}) == Rect{0, 0, 0, 1});
+  const Tensor black = Pipeline{sliver, RandomHorizontalFlip()}.run(dot, rng);
+  REQUIRE(black.shape() == Shape({3, 4, 4}));
+  const auto bytes = black.bytes();
+  REQUIRE(std::all_of(bytes.begin(), bytes.end(), [](std::byte b) { return b == std::byte{0}; }));
 }
 
 TEST_CASE("ColorJitter ranges and draws follow torchvision", "[vision]") {

@@ -78,12 +78,13 @@ std::string to_json(const Args& a, const Report& rep, const std::vector<Result>&
     j += fmt::format(
         "    {{\"num_workers\": {}, \"batch_size\": {}, \"prefetch_factor\": {}, \"ok\": {}, "
         "\"samples_per_s\": {}, "
-        "\"bytes_per_s\": {}, \"peak_pss_bytes\": {}, \"wait_fraction\": {}, "
+        "\"bytes_per_s\": {}, \"peak_tree_bytes\": {}, \"ring_resident_bytes\": {}, "
+        "\"wait_fraction\": {}, "
         "\"cpu_busy_fraction\": {}, \"iowait_fraction\": {}, \"seconds\": {}, "
         "\"batches\": {}, \"samples\": {}, \"swap_rise_bytes\": {}, \"verdict\": {}, "
         "\"diagnosis\": {}, \"note\": {}, \"error\": {}}}{}\n",
         r.setting.workers, r.setting.batch, r.setting.prefetch, r.ok ? "true" : "false",
-        json_number(r.samples_per_s), json_number(r.bytes_per_s), r.peak_pss,
+        json_number(r.samples_per_s), json_number(r.bytes_per_s), r.peak_memory, r.ring_bytes,
         json_number(r.wait_fraction), r.cpu_busy ? json_number(*r.cpu_busy) : "null",
         r.iowait ? json_number(*r.iowait) : "null", json_number(r.seconds), r.batches, r.samples,
         r.swap_rise, r.ok ? json_string(r.verdict) : "null",
@@ -97,11 +98,11 @@ std::string to_json(const Args& a, const Report& rep, const std::vector<Result>&
     j += fmt::format(
         "  \"recommendation\": {{\"num_workers\": {}, \"batch_size\": {}, \"prefetch_factor\": "
         "{}, \"samples_per_s\": {}, "
-        "\"peak_pss_bytes\": {}, \"best_num_workers\": {}, \"best_batch_size\": {}, "
+        "\"peak_tree_bytes\": {}, \"best_num_workers\": {}, \"best_batch_size\": {}, "
         "\"best_samples_per_s\": {}, \"ratio_to_best\": {}, \"reason\": {}, \"diagnosis\": "
         "{}}},\n",
         p.setting.workers, p.setting.batch, p.setting.prefetch, json_number(p.samples_per_s),
-        p.peak_pss, b.setting.workers, b.setting.batch, json_number(b.samples_per_s),
+        p.peak_memory, b.setting.workers, b.setting.batch, json_number(b.samples_per_s),
         json_number(p.samples_per_s / b.samples_per_s), json_string(rec->reason),
         json_string(p.diagnosis));
   } else {

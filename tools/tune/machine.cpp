@@ -1,5 +1,5 @@
-// stoker-tune's figures about the machine: usable cores, CPU time, swap in use and the process
-// tree's PSS, read through the library's /proc module (src/os/proc.hpp); and the progress bar.
+// stoker-tune's figures about the machine: usable cores, CPU time and swap in use, read through
+// the library's /proc module (src/os/proc.hpp); and the progress bar.
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,15 +30,6 @@ CpuTimes cpu_times() {
 std::int64_t swap_used_bytes() {
   return static_cast<std::int64_t>(detail::read_meminfo("SwapTotal").value_or(0)) -
          static_cast<std::int64_t>(detail::read_meminfo("SwapFree").value_or(0));
-}
-
-std::uint64_t tree_pss_bytes() {
-  std::uint64_t total = 0;
-  for (const pid_t pid : detail::process_tree(getpid())) {
-    const std::optional<detail::ProcessMemory> m = detail::read_process_memory(pid);
-    if (m) total += m->pss_bytes;
-  }
-  return total;
 }
 
 Progress::Progress() : enabled_(isatty(STDERR_FILENO) == 1) {}

@@ -1,6 +1,6 @@
 // stoker-tune: finds num_workers and batch_size for a dataset on this machine. Each setting is
 // measured the same way — a warm-up, then a timed window (or timed epochs) — for samples/s,
-// the peak PSS of the whole process tree and the share of time the consumer waited; the
+// the peak memory of the whole process tree and the share of time the consumer waited; the
 // results come out as a table, JSON and an SVG chart, with a recommendation and its reason.
 //
 //   stoker-tune (--workload {tiny,image,cpu} | --npy FILE | --tokens FILE [--window N] |
@@ -15,10 +15,10 @@
 //
 // The parts are in tools/tune/ (tune.hpp says which file holds what); this file picks the
 // dataset and runs them in order.
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <exception>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 
 #include "bench_workloads.hpp"
+#include "os/posix.hpp"
 #include "stoker/stoker.hpp"
 #include "tune/measure.hpp"
 #include "tune/tune.hpp"
@@ -69,10 +70,14 @@ int tune_dataset(D dataset, const Args& a, std::size_t default_batch,
   std::fputs(text.c_str(), a.json ? stderr : stdout);
   if (a.json) std::fputs(to_json(a, rep, results, rec).c_str(), stdout);
   if (!a.svg.empty()) {
-    std::ofstream out(a.svg);
-    out << render_svg(title, results, rec);
-    if (!out) {
-      std::fprintf(stderr, "stoker-tune: writing %s failed\n", a.svg.c_str());
+    namespace posix = stoker::detail::posix;
+    const std::string svg = render_svg(title, results, rec);
+    posix::Fd out(posix::open_write(a.svg.c_str()));
+    if (!out.valid() || posix::write_all(out.get(), svg.data(), svg.size()) != 0 ||
+        posix::close_fd(out.release()) != 0) {
+      std::fprintf(
+          stderr, "%s\n",
+          posix::errno_message("stoker-tune: writing " + a.svg + " failed", errno).c_str());
       return 1;
     }
   }
@@ -94,7 +99,7 @@ int main(int argc, char** argv) {
     }
     if (a.source_kind == "npy") return tune_dataset(stoker::NpyDataset(a.source), a, 64, started);
     if (a.source_kind == "tokens") {
-      stoker::TokenDataset::Options o;
+      stoker::TokenOptions o;
       o.context = a.window.value_or(1024);
       return tune_dataset(stoker::TokenDataset({a.source}, o), a, 16, started);
     }

@@ -1,7 +1,9 @@
 // stoker-tune's measurement of one setting, a template over the dataset (DataLoader takes the
 // dataset's type): a warm-up until every slot has been filled once, then a timed window (or
-// timed epochs) for samples/s, the tree's peak PSS, the consumer's waits, the machine's CPU and
-// swap, and the library's diagnosis over the window. Used by main.cpp only.
+// timed epochs) for samples/s, the consumer's waits, the machine's CPU and swap, and the
+// library's diagnosis over the window; and the process tree's peak memory over the whole run,
+// warm-up included, from a sampling thread (os/proc's TreeMemorySampler). Used by main.cpp
+// only.
 #pragma once
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "data/format.hpp"
+#include "os/proc.hpp"
 #include "tune/tune.hpp"
 
 namespace stoker::tune {
@@ -59,7 +62,7 @@ class Tuner {
     if (!progress_.enabled()) {
       if (r.ok) {
         std::fprintf(stderr, "%s: %s samples/s, peak %s, waited %.0f%%\n", label.c_str(),
-                     format_count(r.samples_per_s).c_str(), format_bytes(r.peak_pss).c_str(),
+                     format_count(r.samples_per_s).c_str(), format_bytes(r.peak_memory).c_str(),
                      r.wait_fraction * 100);
       } else {
         std::fprintf(stderr, "%s: failed: %s\n", label.c_str(), r.error.c_str());
@@ -70,6 +73,8 @@ class Tuner {
 
  private:
   void run(Setting s, Result& r, const std::string& label) {
+    // From before the loader exists until after the timed window, while the loader still lives.
+    detail::TreeMemorySampler memory{detail::TreeMemorySampler::Options{}};
     stoker::LoaderOptions opt;
     opt.batch_size = s.batch;
     opt.num_workers = s.workers;
@@ -99,7 +104,6 @@ class Tuner {
     double wait1 = 0;
     std::uint64_t seen = 0;
     int timed_epochs = 0;
-    Clock::time_point next_pss{};
     stoker::LoaderStats last;
 
     for (std::uint64_t epoch = 0; !done; ++epoch) {
@@ -120,18 +124,12 @@ class Tuner {
             t0 = now;
             cpu0 = cpu_times();
             wait0 = wait_done + loader.stats().wait_seconds;
-            r.peak_pss = std::max(r.peak_pss, tree_pss_bytes());
-            next_pss = Clock::now() + kPssInterval;
           }
           continue;
         }
         ++r.batches;
         r.samples += batch.size();
         r.bytes_per_s += static_cast<double>(batch.nbytes());  // bytes, until divided below
-        if (now >= next_pss) {
-          r.peak_pss = std::max(r.peak_pss, tree_pss_bytes());
-          next_pss = Clock::now() + kPssInterval;
-        }
         const double elapsed = std::chrono::duration<double>(now - t0).count();
         if (by_epochs) {
           const double per_epoch = static_cast<double>(loader.size());
@@ -161,7 +159,6 @@ class Tuner {
         t0 = Clock::now();
         cpu0 = cpu_times();
         wait0 = wait_done;
-        r.peak_pss = std::max(r.peak_pss, tree_pss_bytes());
         continue;
       }
       if (++timed_epochs == args_.epochs) {
@@ -172,7 +169,9 @@ class Tuner {
         done = true;
       }
     }
-    r.peak_pss = std::max(r.peak_pss, tree_pss_bytes());
+    const detail::TreeMemoryReport m = memory.stop();
+    r.peak_memory = m.peak.total_bytes();
+    r.ring_bytes = m.peak.ring_bytes;
     r.swap_rise = swap_used_bytes() - swap_before;
     r.seconds = std::chrono::duration<double>(t1 - t0).count();
     if (r.seconds <= 0 || r.batches == 0) {

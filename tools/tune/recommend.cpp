@@ -29,7 +29,7 @@ std::optional<Recommendation> recommend(const std::vector<Result>& results) {
     const Result& p = results[pick];
     if (!r.ok || r.samples_per_s < floor) continue;
     if (r.setting.workers < p.setting.workers ||
-        (r.setting.workers == p.setting.workers && r.peak_pss < p.peak_pss)) {
+        (r.setting.workers == p.setting.workers && r.peak_memory < p.peak_memory)) {
       pick = i;
     }
   }
@@ -47,7 +47,7 @@ std::optional<Recommendation> recommend(const std::vector<Result>& results) {
         "{}, within 5% of the best ({} samples/s at num_workers={}, batch_size={}) with {} "
         "({} against {} peak)",
         head, format_count(b.samples_per_s), b.setting.workers, b.setting.batch, why,
-        format_bytes(p.peak_pss), format_bytes(b.peak_pss));
+        format_bytes(p.peak_memory), format_bytes(b.peak_memory));
   }
   return rec;
 }

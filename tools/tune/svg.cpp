@@ -81,7 +81,7 @@ std::string render_svg(const std::string& title, const std::vector<Result>& resu
     min_w = std::min(min_w, r.setting.workers);
     max_w = std::max(max_w, r.setting.workers);
     max_sps = std::max(max_sps, r.samples_per_s);
-    max_mib = std::max(max_mib, static_cast<double>(r.peak_pss) / 1048576.0);
+    max_mib = std::max(max_mib, static_cast<double>(r.peak_memory) / 1048576.0);
   }
   if (max_w <= min_w) {
     min_w = std::max(0, min_w - 1);
@@ -107,7 +107,7 @@ std::string render_svg(const std::string& title, const std::vector<Result>& resu
     const Result& b = results[rec->best];
     std::string caption = fmt::format(
         "recommended: num_workers={}, batch_size={}: {} samples/s, {} peak", p.setting.workers,
-        p.setting.batch, format_count(p.samples_per_s), format_bytes(p.peak_pss));
+        p.setting.batch, format_count(p.samples_per_s), format_bytes(p.peak_memory));
     if (rec->index != rec->best) {
       caption += fmt::format(" (best: {} samples/s at num_workers={}, batch_size={})",
                              format_count(b.samples_per_s), b.setting.workers, b.setting.batch);
@@ -124,7 +124,7 @@ std::string render_svg(const std::string& title, const std::vector<Result>& resu
   };
   const Panel panels[] = {
       {80, "throughput (samples/s)", max_sps, false},
-      {80 + kPanelW + 110, "peak memory, PSS of the process tree (MiB)", max_mib, true}};
+      {80 + kPanelW + 110, "peak memory of the process tree (MiB)", max_mib, true}};
   for (const Panel& p : panels) {
     const double step = nice_step(p.top_value * 1.1, 5);
     const double top = std::max(step, std::ceil(p.top_value * 1.1 / step) * step);
@@ -165,7 +165,8 @@ std::string render_svg(const std::string& title, const std::vector<Result>& resu
       const char* c = kColours[colour++ % std::size(kColours)];
       std::string path;
       for (const Result* r : points) {
-        const double v = p.memory ? static_cast<double>(r->peak_pss) / 1048576.0 : r->samples_per_s;
+        const double v =
+            p.memory ? static_cast<double>(r->peak_memory) / 1048576.0 : r->samples_per_s;
         path += fmt::format("{}{:.1f},{:.1f}", path.empty() ? "" : " ", x_of(r->setting.workers),
                             y_of(v));
       }
@@ -174,12 +175,13 @@ std::string render_svg(const std::string& title, const std::vector<Result>& resu
           "points=\"{}\"/>\n",
           c, path);
       for (const Result* r : points) {
-        const double v = p.memory ? static_cast<double>(r->peak_pss) / 1048576.0 : r->samples_per_s;
+        const double v =
+            p.memory ? static_cast<double>(r->peak_memory) / 1048576.0 : r->samples_per_s;
         svg += fmt::format(
             "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"{}\"><title>num_workers={}, "
             "batch_size={}: {} samples/s, {} peak</title></circle>\n",
             x_of(r->setting.workers), y_of(v), c, r->setting.workers, batch,
-            format_count(r->samples_per_s), format_bytes(r->peak_pss));
+            format_count(r->samples_per_s), format_bytes(r->peak_memory));
         if (rec && r == &results[rec->index]) {
           svg += fmt::format(
               "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"9\" fill=\"none\" "

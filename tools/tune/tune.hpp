@@ -24,8 +24,6 @@ using Clock = std::chrono::steady_clock;
 inline constexpr double kWithin = 0.05;
 // Swap in use rising by more than this while a setting runs means it does not fit in memory.
 inline constexpr std::int64_t kSwapRiseBytes = std::int64_t{32} << 20;
-// Tree PSS is sampled at most this often: reading smaps_rollup walks a process's page tables.
-inline constexpr auto kPssInterval = std::chrono::milliseconds(200);
 
 // ---- The command line (args.cpp) ----
 
@@ -69,10 +67,6 @@ CpuTimes cpu_times();
 // Swap in use (SwapTotal - SwapFree), in bytes.
 std::int64_t swap_used_bytes();
 
-// Sum of PSS over this process and its descendants: the ring's shared pages are split among the
-// processes mapping them, so they are counted once.
-std::uint64_t tree_pss_bytes();
-
 // A progress bar on stderr, only when it is a terminal.
 class Progress {
  public:
@@ -106,7 +100,11 @@ struct Result {
   double seconds = 0;  // the timed window
   std::uint64_t batches = 0;
   std::uint64_t samples = 0;
-  std::uint64_t peak_pss = 0;
+  // The tree's peak memory over the setting's whole run, warm-up included (os/proc's
+  // TreeMemorySampler: each process's anonymous memory plus the ring's memfd once), and the
+  // ring's allocated bytes at that moment.
+  std::uint64_t peak_memory = 0;
+  std::uint64_t ring_bytes = 0;
   double wait_fraction = 0;
   std::optional<double> cpu_busy;  // the machine's, over the timed window
   std::optional<double> iowait;
@@ -157,7 +155,7 @@ struct Report {
 std::string table(const std::vector<Result>& results, const std::optional<Recommendation>& rec);
 std::string to_json(const Args& a, const Report& rep, const std::vector<Result>& results,
                     const std::optional<Recommendation>& rec);
-// Two panels side by side — samples/s and peak PSS (MiB) against num_workers — one line per
+// Two panels side by side — samples/s and peak memory (MiB) against num_workers — one line per
 // batch size, the recommended setting ringed.
 std::string render_svg(const std::string& title, const std::vector<Result>& results,
                        const std::optional<Recommendation>& rec);

@@ -26,15 +26,15 @@ namespace detail {
 struct OutputTable;
 }
 
-using Transform = std::variant<Resize, CenterCrop, RandomResizedCrop, RandomCrop,
-                               RandomHorizontalFlip, ColorJitter, Normalize>;
+using Transform =
+    std::variant<Resize, CenterCrop, RandomResizedCrop, RandomCrop, RandomHorizontalFlip,
+                 ColorJitter, Normalize, RandomVerticalFlip, Grayscale, RandomGrayscale,
+                 GaussianBlur, RandomRotation, TrivialAugmentWide, RandAugment, RandomErasing>;
 
 enum class Mode : std::uint8_t {
   kExact,  // full-resolution pixels and Pillow's resampling: torchvision's output
   kFast,   // JPEG DCT scaling (1/2, 1/4, 1/8) where the region keeps the output's resolution
 };
-
-enum class Layout : std::uint8_t { kCHW, kHWC };
 
 // What the random transforms of one run drew, in pipeline order (to replay it elsewhere, e.g.
 // in torchvision's functional API).
@@ -43,6 +43,12 @@ struct Trace {
   std::vector<Rect> boxes;  // RandomResizedCrop and RandomCrop boxes (RandomCrop: padded)
   std::vector<bool> flips;  // RandomHorizontalFlip
   std::vector<ColorJitter::Params> jitters;
+  std::vector<bool> vflips;                        // RandomVerticalFlip
+  std::vector<bool> grays;                         // RandomGrayscale
+  std::vector<double> sigmas;                      // GaussianBlur
+  std::vector<double> angles;                      // RandomRotation
+  std::vector<std::vector<AugmentStep>> augments;  // TrivialAugmentWide, RandAugment
+  std::vector<RandomErasing::Params> erasures;     // RandomErasing
 };
 
 class Pipeline {
@@ -50,7 +56,8 @@ class Pipeline {
   // No transforms: the decoded RGB image as uint8 CHW, exact mode.
   Pipeline() = default;
   // transforms.Compose([...]). Throws std::invalid_argument for an order torchvision would
-  // reject (anything after Normalize).
+  // reject: an image transform after Normalize or RandomErasing (which work on the tensor), a
+  // second Normalize, a Normalize with three different values on a grey (Grayscale(1)) output.
   Pipeline(std::initializer_list<Transform> transforms);
 
   // Builders; each returns the pipeline. Throw std::invalid_argument as the constructor does.
@@ -72,12 +79,14 @@ class Pipeline {
   // The output's (height, width) when it does not depend on the image (the last geometric
   // transform fixes it), else empty.
   std::optional<Size> output_size() const noexcept;
+  // The output's channels: 1 after Grayscale(num_output_channels = 1), else 3.
+  int channels() const noexcept;
   bool is_random() const noexcept;  // draws from a generator
-  // "Resize(256) -> CenterCrop(224) -> uint8 CHW, exact"
+  // "Resize(256) -> CenterCrop((224, 224)) -> uint8 CHW, exact"
   std::string to_string() const;
 
-  // Decodes `encoded` (JPEG, PNG or WebP) and applies the pipeline: a [3, H, W] (or [H, W, 3])
-  // tensor. Inside a dataset's get() (either process); random transforms draw from
+  // Decodes `encoded` (JPEG, PNG or WebP) and applies the pipeline: a [C, H, W] (or [H, W, C])
+  // tensor, C = channels(). Inside a dataset's get() (either process); random transforms draw from
   // sample_rng() (std::logic_error outside get()). Throws DecodeError naming `source` (the
   // file or record) and the decoder's reason.
   Tensor operator()(std::span<const std::uint8_t> encoded, std::string_view source = {}) const;
@@ -94,6 +103,7 @@ class Pipeline {
  private:
   void add(Transform transform);
   void set_output(DType dtype, Layout layout);
+  const Normalize* normalize() const noexcept;  // the pipeline's Normalize, if any
   const detail::OutputTable& table() const;
 
   std::vector<Transform> transforms_;

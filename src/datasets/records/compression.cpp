@@ -59,9 +59,26 @@ class InflateSource final : public StreamSource {
   InflateSource(const InflateSource&) = delete;
   InflateSource& operator=(const InflateSource&) = delete;
 
+  // Small reads (a tar's 512-byte headers, a TFRecord's 12-byte frame) are served from a
+  // buffer filled by one large inflate() call: zlib's fast loop needs room for 258 bytes of
+  // output, and each call costs its setup, so inflating 512 bytes at a time ran a .tar.gz
+  // stream about 20% slower than libarchive's buffered decoder did.
   std::size_t read(std::span<std::byte> out) override {
-    std::byte* const dst = out.data();
-    const std::size_t n = out.size();
+    if (out.empty()) return 0;
+    if (begin_ == end_) {
+      if (out.size() >= out_.size()) return inflate_into(out.data(), out.size());
+      begin_ = 0;
+      end_ = inflate_into(out_.data(), out_.size());
+      if (end_ == 0) return 0;
+    }
+    const std::size_t take = std::min(out.size(), end_ - begin_);
+    std::memcpy(out.data(), out_.data() + begin_, take);
+    begin_ += take;
+    return take;
+  }
+
+ private:
+  std::size_t inflate_into(std::byte* const dst, const std::size_t n) {
     if (finished_ || n == 0) return 0;
     z_.next_out = reinterpret_cast<Bytef*>(dst);
     z_.avail_out = static_cast<uInt>(std::min<std::size_t>(n, 1U << 30));
@@ -94,7 +111,6 @@ class InflateSource final : public StreamSource {
     return static_cast<std::size_t>(reinterpret_cast<std::byte*>(z_.next_out) - dst);
   }
 
- private:
   [[noreturn]] void fail(std::string_view what) {
     finished_ = true;
     throw Error(fmt::format(
@@ -106,6 +122,9 @@ class InflateSource final : public StreamSource {
   std::unique_ptr<StreamSource> raw_;
   std::string name_;
   std::vector<std::byte> in_;
+  std::vector<std::byte> out_ = std::vector<std::byte>(kChunk);
+  std::size_t begin_ = 0;  // out_[begin_, end_): inflated, not yet read
+  std::size_t end_ = 0;
   z_stream z_;
   std::uint64_t consumed_ = 0;
   bool raw_done_ = false;

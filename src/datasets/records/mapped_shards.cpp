@@ -16,12 +16,15 @@ MappedShards::MappedShards(std::size_t capacity, const RemoteSource* remote)
 
 std::shared_ptr<const MappedFile> MappedShards::get(std::size_t shard, const std::string& path,
                                                     const char* who) const {
+  MappedFile::guard();  // a forked worker's first read: before any byte is touched
   const std::lock_guard<std::mutex> lock(mutex_);
   if (shard == last_) return last_file_;  // consecutive records of one shard: no table lookup
   auto it = open_.find(shard);
   if (it != open_.end()) {
     lru_.splice(lru_.begin(), lru_, it->second.lru);
   } else {
+    last_ = ~std::size_t{0};
+    last_file_.reset();
     if (open_.size() >= capacity_) {
       open_.erase(lru_.back());
       lru_.pop_back();

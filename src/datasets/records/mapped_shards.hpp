@@ -26,9 +26,12 @@ class MappedShards {
   explicit MappedShards(std::size_t capacity, const RemoteSource* remote = nullptr);
 
   // The mapping of shard `shard` (at `path`), mapped on first use; a URL's complete cache
-  // entry (downloaded first when missing, held while it is mapped here). Either process; any
-  // thread (a mutex guards the table). Throws stoker::Error naming `who` and the path when the
-  // file cannot be opened or mapped, or is empty; RemoteError when it cannot be downloaded.
+  // entry (downloaded first when missing, held while it is mapped here). A mapping that shrank
+  // stays (each read of it reports the shrink: the file changed after it was indexed). Installs
+  // the SIGBUS guard in this process (MappedFile::guard), so the caller may touch the bytes.
+  // Either process; any thread (a mutex guards the table). Throws stoker::Error naming `who` and
+  // the path when the file cannot be opened or mapped, or is empty; RemoteError when it cannot
+  // be downloaded.
   std::shared_ptr<const MappedFile> get(std::size_t shard, const std::string& path,
                                         const char* who) const;
 

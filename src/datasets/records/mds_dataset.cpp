@@ -52,7 +52,7 @@ struct MdsShard {
 
 bool exists(const std::string& path) {
   struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
+  return posix::stat_path(path.c_str(), st);
 }
 
 std::string join_path(const std::string& directory, const std::string& name) {
@@ -134,7 +134,9 @@ class MdsCursor final : public RecordCursor {
         const std::string where = fmt::format("{}: {}", kWho, name_);
         check_mds_shard(data_, info, std::string_view(where), name_);
       }
+      if (raw_file_ && !raw_file_->intact()) error_ = raw_file_->shrink_message(kWho);
     } catch (const MdsError& e) {
+      if (raw_file_ && !raw_file_->intact()) error_ = raw_file_->shrink_message(kWho);
       error_ = e.what();
     } catch (const Error& e) {  // corrupt compressed data, or a failed download
       error_ = e.what();
@@ -157,6 +159,10 @@ class MdsCursor final : public RecordCursor {
     std::memcpy(&end, data_.data() + 8 + 4 * k, 4);
     out.offset = begin;
     std::memcpy(out.own(end - begin).data(), data_.data() + begin, end - begin);
+    if (raw_file_ && !raw_file_->intact()) {
+      out.error =
+          raw_file_->shrink_message(RecordRef{kWho, name_, out.ordinal, begin, {}}.describe());
+    }
     return true;
   }
 
@@ -232,8 +238,8 @@ class MdsFormat final : public ShardFormat {
     out.clear();
     out.shard = shard;
     out.ordinal = k;
-    const auto file = mapped_.get(shard, s.raw_path, "MdsDataset");
-    const std::span<const std::byte> bytes = file->bytes();
+    out.mapping = mapped_.get(shard, s.raw_path, "MdsDataset");
+    const std::span<const std::byte> bytes = out.mapping->bytes();
     if (bytes.size() != info.raw.bytes) {
       throw MdsError(fmt::format("{}: the file is {} bytes, index.json says {}: it changed after "
                                  "the dataset was opened; re-copy it",
@@ -242,8 +248,14 @@ class MdsFormat final : public ShardFormat {
     }
     const auto k_at = static_cast<std::size_t>(4 + 4 * k);  // k < samples < 2^30
     const RecordRef where = ref(out);
-    const MdsSampleRange r = mds_sample_range(bytes.subspan(k_at, 8), k, info,
-                                              MdsWhere(&describe_record, &where), s.raw_path);
+    MdsSampleRange r;
+    try {
+      r = mds_sample_range(bytes.subspan(k_at, 8), k, info, MdsWhere(&describe_record, &where),
+                           s.raw_path);
+    } catch (const MdsError&) {
+      check_mapping(out);  // offsets read from where the file was cut
+      throw;
+    }
     out.offset = r.begin;
     out.set_borrowed(bytes.subspan(static_cast<std::size_t>(r.begin),
                                    static_cast<std::size_t>(r.end - r.begin)));
@@ -253,6 +265,11 @@ class MdsFormat final : public ShardFormat {
                                      ShardFiles&) const override {
     return std::make_unique<MdsCursor>(shard, index_->shards[shard], shards_[shard], first,
                                        verify_, remote());
+  }
+
+  void throw_shrunk(const RawRecord& record) const override {
+    throw MdsError(record.mapping->shrink_message(ref(record).describe()), record.mapping->path(),
+                   record.offset);
   }
 
   Sample decode(const RawRecord& record, const FieldPlan& plan) const override {
@@ -358,7 +375,14 @@ std::shared_ptr<const MdsIndex> read_index(const std::string& directory,
   }
   const auto file = MappedFile::open(path, "MdsDataset");
   const std::string_view text(reinterpret_cast<const char*>(file->data()), file->size());
-  return std::make_shared<const MdsIndex>(parse_mds_index(text, path));
+  try {
+    auto index = std::make_shared<const MdsIndex>(parse_mds_index(text, path));
+    if (!file->intact()) throw MdsError(file->shrink_message(kWho), path);
+    return index;
+  } catch (const MdsError&) {
+    if (!file->intact()) throw MdsError(file->shrink_message(kWho), path);
+    throw;
+  }
 }
 
 std::vector<MdsShard> locate_shards(const std::string& directory, const MdsIndex& index,
@@ -461,6 +485,7 @@ void check_raw_shard(const MdsShardInfo& info, const MdsShard& s, const MdsOptio
   const auto file = MappedFile::open(s.raw_path, "MdsDataset");
   std::uint32_t count = 0;
   std::memcpy(&count, file->data(), 4);  // the file is >= 8 bytes: parse_mds_index checks
+  if (!file->intact()) throw MdsError(file->shrink_message(kWho), s.raw_path);
   if (count != info.samples) {
     throw MdsError(fmt::format("{}: {}: the shard holds {} samples, index.json says {}; re-copy "
                                "the shard or its index.json",
@@ -482,6 +507,7 @@ void check_raw_shard(const MdsShardInfo& info, const MdsShard& s, const MdsOptio
     }
   }
   const std::string mismatch = hash_mismatch(info.raw, file->bytes(), s.raw_path);
+  if (!file->intact()) throw MdsError(file->shrink_message(kWho), s.raw_path);
   if (!mismatch.empty()) throw MdsError(mismatch, s.raw_path);
   if (options.write_index) {
     save_index(idx, kVerifiedMagic, kVerifiedVersion, stat,

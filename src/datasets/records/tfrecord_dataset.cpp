@@ -209,15 +209,26 @@ class TFRecordFormat final : public ShardListFormat<TfShard> {
       throw TFRecordError(bad_region_message(s, i, region), s.name, region.offset);
     }
     out.offset = e;
-    const auto file = mapped_.get(shard, s.name, "TFRecordDataset");
-    if (file->size() != s.bytes) {
+    out.mapping = mapped_.get(shard, s.name, "TFRecordDataset");
+    const MappedFile& file = *out.mapping;
+    if (file.size() != s.bytes) {
       throw_tfrecord_error(s.name, e, i,
                            fmt::format("the file is {} bytes, its index was made for {}: it "
                                        "changed after it was indexed; delete its .idx file to "
                                        "rebuild it",
-                                       file->size(), s.bytes));
+                                       file.size(), s.bytes));
     }
-    out.set_borrowed(tfrecord_data(file->bytes(), e, verify_, s.name, i));
+    try {
+      out.set_borrowed(tfrecord_data(file.bytes(), e, verify_, s.name, i));
+    } catch (const TFRecordError&) {
+      check_mapping(out);  // a bad frame read from where the file was cut
+      throw;
+    }
+  }
+
+  void throw_shrunk(const RawRecord& record) const override {
+    throw TFRecordError(record.mapping->shrink_message(ref(record).describe()),
+                        record.mapping->path(), record.offset);
   }
 
   std::unique_ptr<RecordCursor> open(std::size_t shard, std::uint64_t first, const FieldPlan&,
@@ -351,6 +362,9 @@ TfShard plain_shard(const ShardAccess& access, const std::string& name,
       const auto hold = net::is_remote(name) ? access.remote()->acquire_complete(name) : nullptr;
       const auto file = MappedFile::open(hold != nullptr ? hold->path() : name, "TFRecordDataset");
       index = index_tfrecords(file->bytes(), options.verify_crc);
+      if (!file->intact()) {
+        throw TFRecordError(file->shrink_message(kWho), name, 0);
+      }
     }
     if (!index.bad_regions.empty()) {
       logger().warn(
@@ -467,9 +481,13 @@ ShardedStream TFRecordDataset::stream(std::vector<std::string> files, StreamOpti
       std::move(stream_options));
 }
 
+namespace {
+constexpr std::size_t kWriterFlushBytes = std::size_t{1} << 20;
+}  // namespace
+
 TFRecordWriter::TFRecordWriter(const std::string& path) : path_(path) {
-  file_ = std::fopen(path.c_str(), "wb");
-  if (file_ == nullptr) {
+  fd_ = detail::posix::open_write(path.c_str());
+  if (fd_ < 0) {
     throw Error(
         detail::posix::errno_message(fmt::format("TFRecordWriter: cannot create {}", path), errno) +
         "; check that its directory exists and is writable");
@@ -477,20 +495,29 @@ TFRecordWriter::TFRecordWriter(const std::string& path) : path_(path) {
 }
 
 TFRecordWriter::~TFRecordWriter() {
-  if (file_ != nullptr) std::fclose(file_);
+  if (fd_ < 0) return;
+  (void)detail::posix::write_all(fd_, pending_.data(), pending_.size());
+  detail::posix::close_fd(fd_);
+}
+
+void TFRecordWriter::flush() {
+  errno = 0;  // a write of 0 bytes (a full disk) sets none
+  if (detail::posix::write_all(fd_, pending_.data(), pending_.size()) != 0) {
+    const int err = errno != 0 ? errno : ENOSPC;
+    pending_.clear();
+    detail::posix::close_fd(std::exchange(fd_, -1));  // closed: later writes say so
+    throw Error(
+        detail::posix::errno_message(fmt::format("TFRecordWriter: writing {}", path_), err) +
+        "; check the free space");
+  }
+  pending_.clear();
 }
 
 void TFRecordWriter::write(std::span<const std::byte> record) {
-  if (file_ == nullptr) throw Error(fmt::format("TFRecordWriter: {} is closed", path_));
-  std::vector<std::byte> framed;
-  framed.reserve(record.size() + detail::kTFRecordOverhead);
-  detail::append_tfrecord(framed, record);
-  if (std::fwrite(framed.data(), 1, framed.size(), file_) != framed.size()) {
-    throw Error(
-        detail::posix::errno_message(fmt::format("TFRecordWriter: writing {}", path_), errno) +
-        "; check the free space");
-  }
+  if (fd_ < 0) throw Error(fmt::format("TFRecordWriter: {} is closed", path_));
+  detail::append_tfrecord(pending_, record);
   ++records_;
+  if (pending_.size() >= kWriterFlushBytes) flush();
 }
 
 void TFRecordWriter::write_example(const Sample& features) {
@@ -569,14 +596,15 @@ void TFRecordWriter::write_example(const Sample& features) {
   write(detail::serialize_example(values));
 }
 
-void TFRecordWriter::close() {
-  if (file_ == nullptr) return;
-  std::FILE* f = std::exchange(file_, nullptr);
-  if (std::fclose(f) != 0) {
+std::vector<std::string> TFRecordWriter::close() {
+  if (fd_ < 0) return {path_};
+  flush();
+  if (detail::posix::close_fd(std::exchange(fd_, -1)) != 0) {
     throw Error(
         detail::posix::errno_message(fmt::format("TFRecordWriter: closing {}", path_), errno) +
         "; check the free space");
   }
+  return {path_};
 }
 
 }  // namespace stoker

@@ -67,7 +67,7 @@ std::string component(std::string_view text) {
 void bump(EntryHeader* h) noexcept {
   h->seq.fetch_add(1, std::memory_order_release);
   if (h->waiters.load(std::memory_order_acquire) > 0) {
-    posix::futex_wake_all(reinterpret_cast<const std::uint32_t*>(&h->seq));
+    (void)posix::futex_wake_all(h->seq);
   }
 }
 
@@ -841,7 +841,7 @@ void CacheHold::wait_for(std::uint64_t end) {
     bool lost = !same_generation || state == EntryHeader::kFailed;
     if (!lost) {
       header_->waiters.fetch_add(1, std::memory_order_acq_rel);
-      posix::futex_wait(reinterpret_cast<const std::uint32_t*>(&header_->seq), seq, kFollowPollMs);
+      (void)posix::futex_wait(header_->seq, seq, kFollowPollMs);
       header_->waiters.fetch_sub(1, std::memory_order_acq_rel);
       if (download_ == nullptr && header_->seq.load(std::memory_order_acquire) == seq &&
           posix::lock_file(lock_fd_.get(), LOCK_SH | LOCK_NB) == 0) {

@@ -4,7 +4,6 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -15,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "datasets/records/compression.hpp"
 #include "datasets/remote/remote_source.hpp"
 #include "datasets/remote/remote_stream.hpp"
 #include "os/net/url.hpp"
@@ -43,15 +43,15 @@ class FileSource final : public StreamSource {
  public:
   FileSource(const std::string& path, std::uint64_t offset, std::string_view who)
       : name_(path), who_(who) {
-    fd_ = posix::Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    fd_ = posix::Fd(posix::open_read(path.c_str()));
     if (!fd_.valid()) throw_errno(who, "cannot open shard", path, errno);
     struct stat st {};
-    if (::fstat(fd_.get(), &st) != 0) throw_errno(who, "cannot stat shard", path, errno);
+    if (!posix::stat_fd(fd_.get(), st)) throw_errno(who, "cannot stat shard", path, errno);
     regular_ = S_ISREG(st.st_mode);
     size_ = regular_ ? static_cast<std::uint64_t>(st.st_size) : 0;
     pos_ = regular_ ? std::min(offset, size_) : 0;
     if (regular_) {
-      (void)::posix_fadvise(fd_.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+      (void)posix::advise_file(fd_.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
     } else if (offset != 0 && skip(offset) != offset) {
       throw Error(fmt::format("{}: shard {} ended before byte {}", who, path, offset));
     }
@@ -82,16 +82,18 @@ class FileSource final : public StreamSource {
 
  private:
   std::size_t raw_read(std::span<std::byte> dst) {
-    for (;;) {
-      const ssize_t n = regular_
-                            ? ::pread(fd_.get(), dst.data(), dst.size(), static_cast<off_t>(pos_))
-                            : ::read(fd_.get(), dst.data(), dst.size());
-      if (n >= 0) {
-        pos_ += static_cast<std::uint64_t>(n);
-        return static_cast<std::size_t>(n);
-      }
-      if (errno != EINTR) throw_errno(who_, "cannot read shard", name_, errno);
+    const ssize_t n =
+        regular_ ? posix::pread_some(fd_.get(), dst.data(), dst.size(), static_cast<off_t>(pos_))
+                 : posix::read_some(fd_.get(), dst.data(), dst.size());
+    if (n < 0) {
+      throw ShardError(
+          fmt::format("{}: cannot read shard {} at byte {}: {}; check the disk, or "
+                      "copy the shard again",
+                      who_, name_, pos_, posix::errno_message("the system said", errno)),
+          name_, pos_);
     }
+    pos_ += static_cast<std::uint64_t>(n);
+    return static_cast<std::size_t>(n);
   }
 
   posix::Fd fd_;
@@ -116,15 +118,8 @@ class PipeSource final : public StreamSource {
     if (posix::make_pipe(fds) != 0) throw_errno(who, "cannot make a pipe for", name, errno);
     posix::Fd read_end(fds[0]);
     posix::Fd write_end(fds[1]);
-    const pid_t pid = ::fork();
-    if (pid < 0) throw_errno(who, "cannot fork to run", name, errno);
-    if (pid == 0) {
-      ::setpgid(0, 0);
-      ::dup2(write_end.get(), STDOUT_FILENO);
-      ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    ::setpgid(pid, pid);
+    const pid_t pid = posix::spawn_shell(command.c_str(), write_end.get());
+    if (pid < 0) throw_errno(who, "cannot start the command of", name, errno);
     pid_ = pid;
     fd_ = std::move(read_end);
   }
@@ -133,22 +128,20 @@ class PipeSource final : public StreamSource {
     if (pid_ > 0) {
       int status = 0;
       if (posix::wait_pid(pid_, &status, WNOHANG) == 0) {
-        ::kill(-pid_, SIGKILL);
+        posix::send_signal(-pid_, SIGKILL);  // its process group: the command's children too
         posix::wait_pid(pid_, &status, 0);
       }
     }
   }
 
   std::size_t read(std::span<std::byte> dst) override {
-    for (;;) {
-      const ssize_t n = ::read(fd_.get(), dst.data(), dst.size());
-      if (n > 0) return static_cast<std::size_t>(n);
-      if (n == 0) {
-        finish();
-        return 0;
-      }
-      if (errno != EINTR) throw_errno(who_, "cannot read the output of", name_, errno);
+    const ssize_t n = posix::read_some(fd_.get(), dst.data(), dst.size());
+    if (n > 0) return static_cast<std::size_t>(n);
+    if (n == 0) {
+      finish();
+      return 0;
     }
+    throw_errno(who_, "cannot read the output of", name_, errno);
   }
 
  private:
@@ -241,6 +234,10 @@ bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
+bool is_gzip_name(std::string_view name) {
+  return ends_with(name, ".gz") || ends_with(name, ".tgz");
+}
+
 }  // namespace
 
 std::uint64_t StreamSource::skip(std::uint64_t n) {
@@ -319,6 +316,16 @@ std::unique_ptr<StreamSource> open_stream_source(const std::string& name, std::u
     source = std::make_unique<FileSource>(name, compressed ? 0 : offset, who);
   }
   if (!compressed) return source;
+  if (is_gzip_name(name)) {
+    // gzip through zlib's inflate, as every gzip stoker reads (TFRecord files, MDS shards,
+    // MNIST): one decoder, and no libarchive needed for the most common compression.
+    auto inflated = inflate_source(std::move(source), name);
+    if (offset != 0 && inflated->skip(offset) != offset) {
+      throw Error(fmt::format("{}: shard {} ended before byte {} of its decompressed data", who,
+                              name, offset));
+    }
+    return inflated;
+  }
 #if STOKER_HAS_LIBARCHIVE
   auto archive = std::make_unique<ArchiveSource>(std::move(source), name, who);
   if (offset != 0 && archive->skip(offset) != offset) {

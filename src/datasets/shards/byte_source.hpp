@@ -1,7 +1,9 @@
 // Sequential byte sources for streaming shards: a plain file from an offset, the output of a
-// "pipe:<command>" shard (run with /bin/sh -c), and, through libarchive, any of those
-// decompressed (.gz, .zst, .xz, .bz2, .lz4, detected from the bytes). Used by the formats'
-// cursors; a format parses the decompressed bytes itself (libarchive is only the decompressor).
+// "pipe:<command>" shard (run with /bin/sh -c), and any of those decompressed: .gz / .tgz by
+// zlib's inflate (inflate_source, records/compression.hpp: the one gzip decoder of stoker), the
+// others (.zst, .xz, .bz2, .lz4, detected from the bytes) through libarchive. Used by the
+// formats' cursors; a format parses the decompressed bytes itself (libarchive is only the
+// decompressor). Every read, open and spawn goes through os/posix (failable in tests).
 #pragma once
 
 #include <cstddef>
@@ -31,7 +33,8 @@ bool is_pipe_shard(std::string_view name) noexcept;
 // True when the name ends in a compression suffix libarchive is asked to undo
 // (.gz .tgz .zst .tzst .xz .txz .bz2 .lz4).
 bool is_compressed_shard(std::string_view name) noexcept;
-// Whether this build has libarchive (compressed shards need it; plain files and pipes not).
+// Whether this build has libarchive (compressed shards other than gzip need it; plain files,
+// gzip and pipes not).
 bool have_libarchive() noexcept;
 
 class RemoteSource;

@@ -169,6 +169,7 @@ void RawRecord::clear() noexcept {
   fields.clear();
   storage.clear();
   data = {};
+  mapping.reset();
 }
 
 std::string RecordRef::describe() const {
@@ -281,6 +282,10 @@ Sample FieldPlan::assemble(const RawRecord& record, const RecordRef& where) cons
 
 Sample ShardFormat::decode(const RawRecord& record, const FieldPlan& plan) const {
   return plan.assemble(record, ref(record));
+}
+
+void ShardFormat::throw_shrunk(const RawRecord& record) const {
+  record.mapping->throw_shrunk(ref(record).describe(), record.offset);
 }
 
 }  // namespace detail

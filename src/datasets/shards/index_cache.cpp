@@ -1,8 +1,6 @@
 #include "datasets/shards/index_cache.hpp"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -29,22 +27,11 @@ std::uint64_t get_le(const std::byte* at, std::size_t width) {
   return v;
 }
 
-bool write_all(int fd, std::span<const std::byte> bytes) {
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
 }  // namespace
 
 ShardStat stat_shard(const std::string& path, std::string_view who) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
+  if (!posix::stat_path(path.c_str(), st)) {
     throw Error(fmt::format("{}: cannot open shard {}: {}; check the path", who, path,
                             posix::errno_message("stat", errno)));
   }
@@ -109,18 +96,15 @@ std::optional<std::span<const std::byte>> unframe_index(std::span<const std::byt
 std::optional<std::vector<std::byte>> load_index(const std::string& index_file,
                                                  std::string_view magic, std::uint32_t version,
                                                  const ShardStat& shard) {
-  posix::Fd fd(::open(index_file.c_str(), O_RDONLY | O_CLOEXEC));
+  posix::Fd fd(posix::open_read(index_file.c_str()));
   if (!fd.valid()) return std::nullopt;
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  if (!posix::stat_fd(fd.get(), st) || !S_ISREG(st.st_mode)) return std::nullopt;
   std::vector<std::byte> bytes(static_cast<std::size_t>(st.st_size));
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n =
-        ::pread(fd.get(), bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return std::nullopt;
-    done += static_cast<std::size_t>(n);
+  // A read error, or a file shorter than fstat said: no index (it is built again).
+  if (posix::pread_full(fd.get(), bytes.data(), bytes.size(), 0) !=
+      static_cast<ssize_t>(bytes.size())) {
+    return std::nullopt;
   }
   const auto payload = unframe_index(bytes, magic, version, shard);
   if (!payload) {
@@ -133,17 +117,17 @@ std::optional<std::vector<std::byte>> load_index(const std::string& index_file,
 bool save_index(const std::string& index_file, std::string_view magic, std::uint32_t version,
                 const ShardStat& shard, std::span<const std::byte> payload) {
   const std::vector<std::byte> bytes = frame_index(magic, version, shard, payload);
-  const std::string temporary = fmt::format("{}.tmp.{}", index_file, ::getpid());
-  posix::Fd fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  const std::string temporary = fmt::format("{}.tmp.{}", index_file, posix::self_pid());
+  posix::Fd fd(posix::open_write(temporary.c_str()));
   if (!fd.valid()) {
     logger().debug("cannot write shard index {} ({}): keeping it in memory", index_file,
                    std::strerror(errno));
     return false;
   }
-  const bool written = write_all(fd.get(), bytes);
+  const bool written = posix::write_all(fd.get(), bytes.data(), bytes.size()) == 0;
   fd.reset();
-  if (!written || ::rename(temporary.c_str(), index_file.c_str()) != 0) {
-    ::unlink(temporary.c_str());
+  if (!written || posix::rename_file(temporary.c_str(), index_file.c_str()) != 0) {
+    posix::remove_file(temporary.c_str());
     logger().debug("cannot write shard index {}: keeping it in memory", index_file);
     return false;
   }

@@ -1,7 +1,6 @@
 #include "datasets/shards/shard_files.hpp"
 
 #include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -64,7 +63,7 @@ int ShardFiles::fd(std::size_t shard, const std::string& path) {
     entry.lru = lru_.begin();
     return entry.hold->fd();
   }
-  posix::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  posix::Fd fd(posix::open_read(path.c_str()));
   if (!fd.valid()) {
     throw Error(fmt::format("cannot open shard {}: {}; check that it still exists", path,
                             posix::errno_message("open", errno)));
@@ -133,21 +132,25 @@ std::span<const std::byte> ShardFiles::read(std::size_t shard, const std::string
   std::size_t done = 0;
   while (done < want) {
     ++read_calls_;
-    const ssize_t n =
-        ::pread(descriptor, window_.data() + done, want - done, static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
+    const ssize_t n = posix::pread_some(descriptor, window_.data() + done, want - done,
+                                        static_cast<off_t>(offset + done));
     if (n < 0) {
-      throw Error(fmt::format("cannot read shard {} at byte {}: {}", path, offset + done,
-                              posix::errno_message("pread", errno)));
+      throw ShardError(fmt::format("cannot read shard {} at byte {}: {}; check the disk, or copy "
+                                   "the shard again",
+                                   path, offset + done, posix::errno_message("pread", errno)),
+                       path, offset + done);
     }
     if (n == 0) break;
     done += static_cast<std::size_t>(n);
   }
   if (done < size) {
-    throw Error(fmt::format(
-        "shard {} ends at byte {}, before the {} bytes its index says are at byte {}: it "
-        "changed after it was indexed (or was cut short); delete its .idx file to index it again",
-        path, offset + done, size, offset));
+    throw ShardError(
+        fmt::format(
+            "shard {} ends at byte {}, before the {} bytes its index says are at byte {}: it "
+            "changed after it was indexed (or was cut short); delete its .idx file to index it "
+            "again",
+            path, offset + done, size, offset),
+        path, offset);
   }
   window_shard_ = shard;
   window_begin_ = offset;
@@ -156,8 +159,8 @@ std::span<const std::byte> ShardFiles::read(std::size_t shard, const std::string
   if (sequential && readahead_ == kMaxReadahead) {
     // Reading front to back: ask the kernel for the next window now, so the disk works while
     // this one is used (on a cold page cache a window otherwise waits for its own read).
-    (void)::posix_fadvise(descriptor, static_cast<off_t>(offset + done),
-                          static_cast<off_t>(kMaxReadahead), POSIX_FADV_WILLNEED);
+    (void)posix::advise_file(descriptor, static_cast<off_t>(offset + done),
+                             static_cast<off_t>(kMaxReadahead), POSIX_FADV_WILLNEED);
   }
   return std::span<const std::byte>(window_).first(size);
 }

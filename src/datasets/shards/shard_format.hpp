@@ -23,8 +23,11 @@
 //   6. Its public class (include/stoker/<format>.hpp) derives from ShardedDataset through the
 //      protected constructor, and offers `static ShardedStream stream(...)` returning
 //      ShardedStream(format, shard_options, stream_options).
-// Errors: stoker::Error, "<Format>: <shard>: record <k> at byte <offset>: <what>; <what to do>"
-// (RecordRef::describe builds the first part).
+// Errors: stoker::ShardError (or the format's own, derived from it) for bytes that cannot be
+// read as records, "<Format>: <shard>: record <k> at byte <offset>: <what>; <what to do>"
+// (RecordRef::describe builds the first part). A format that reads through mappings
+// (MappedShards) sets RawRecord::mapping; the engine checks it after decoding (check_mapping),
+// and read() checks it before reporting an error of its own (zeros where the file was cut).
 #pragma once
 
 #include <cstddef>
@@ -35,6 +38,7 @@
 #include <string_view>
 #include <vector>
 
+#include "os/mapped_file.hpp"
 #include "stoker/sample.hpp"
 #include "stoker/shards.hpp"
 #include "stoker/tensor.hpp"
@@ -62,7 +66,7 @@ struct RawRecord {
   std::vector<RawField> fields;
 
   // The bytes the fields point into: storage (owned), or a window of ShardFiles (map-style:
-  // valid until that ShardFiles' next read).
+  // valid until that ShardFiles' next read), or of `mapping`.
   std::span<const std::byte> bytes() const noexcept { return data; }
   void set_borrowed(std::span<const std::byte> window) noexcept { data = window; }
   // Makes `n` bytes of owned storage the record's bytes and returns them for filling.
@@ -72,6 +76,9 @@ struct RawRecord {
 
   std::vector<std::byte> storage;
   std::span<const std::byte> data;
+  // A map-style read from a mapped file (MappedShards): the mapping `data` points into, kept
+  // alive while the record is, and checked (MappedFile::intact) once the record is decoded.
+  std::shared_ptr<const MappedFile> mapping;
 };
 
 // Names a record in messages: "<format>: <shard>: record <k> ('<key>') at byte <offset>".
@@ -156,6 +163,14 @@ class ShardFormat {
                                              const FieldPlan& plan, ShardFiles& files) const = 0;
   // The Sample of a record that was read without error.
   virtual Sample decode(const RawRecord& record, const FieldPlan& plan) const;
+  // A record read from a mapping that shrank while it was read: throws the format's ShardError
+  // (the default: ShardError) naming the record. Either process.
+  [[noreturn]] virtual void throw_shrunk(const RawRecord& record) const;
+  // After a record from a mapping was used: throws as throw_shrunk() when the mapping is no
+  // longer intact. No system call.
+  void check_mapping(const RawRecord& record) const {
+    if (record.mapping && !record.mapping->intact()) throw_shrunk(record);
+  }
 
   RecordRef ref(const RawRecord& record) const {
     return RecordRef{format_name(), shard_name(record.shard), record.ordinal, record.offset,

@@ -2,7 +2,6 @@
 // (iterable: epoch order, the (rank, worker) split, the shuffle buffer, resume), and the pure
 // parts they rest on (plan_stream_split, expand_shards).
 #include <algorithm>
-#include <charconv>
 #include <limits>
 #include <stdexcept>
 #include <utility>
@@ -13,6 +12,7 @@
 #include "datasets/remote/remote_source.hpp"
 #include "datasets/shards/shard_files.hpp"
 #include "datasets/shards/shard_format.hpp"
+#include "datasets/shards/stream_state.hpp"
 #include "stoker/errors.hpp"
 #include "stoker/random.hpp"
 #include "stoker/shards.hpp"
@@ -52,8 +52,6 @@ namespace {
 // Keys that keep the epoch's generators apart (the shard order, each stream's buffer).
 constexpr std::uint64_t kShardOrderKey = 0x5348524430524452ull;
 constexpr std::uint64_t kBufferKey = 0x5348524442554646ull;
-constexpr std::string_view kStateMagic = "stoker-stream";
-constexpr int kStateVersion = 1;
 
 std::shared_ptr<const std::vector<std::uint64_t>> first_indexes(const ShardFormat& format) {
   auto firsts = std::make_shared<std::vector<std::uint64_t>>();
@@ -65,93 +63,6 @@ std::shared_ptr<const std::vector<std::uint64_t>> first_indexes(const ShardForma
   }
   firsts->push_back(total);
   return firsts;
-}
-
-// What state() writes and start_epoch() applies.
-struct SavedState {
-  std::uint64_t epoch = 0;
-  std::uint64_t seed = 0;
-  std::uint64_t total = 0;
-  std::uint64_t shards = 0;
-  std::uint64_t world = 1;
-  std::uint64_t rank = 0;
-  std::uint64_t workers = 0;
-  std::string policy;
-  std::uint64_t batches = 0;             // batches the consumer had received
-  std::vector<std::uint64_t> delivered;  // records of each worker's stream of this rank
-};
-
-std::string_view policy_name(EqualBatches p) { return p == EqualBatches::kPad ? "pad" : "drop"; }
-
-bool parse_u64(std::string_view text, std::uint64_t& out) {
-  if (text.empty()) return false;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && end == text.data() + text.size();
-}
-
-SavedState parse_state(std::string_view text) {
-  auto bad = [&](std::string_view why) {
-    return std::invalid_argument(
-        fmt::format("ShardedStream::load_state: not a stream state ({}): \"{}\"; pass the text "
-                    "ShardedStream::state() returned",
-                    why, text.substr(0, 200)));
-  };
-  SavedState s;
-  std::size_t pos = 0;
-  int field = 0;
-  bool have[10] = {};  // the keys below, then policy and delivered
-  while (pos < text.size()) {
-    const std::size_t space = text.find(' ', pos);
-    const std::string_view word =
-        text.substr(pos, space == std::string_view::npos ? std::string_view::npos : space - pos);
-    pos = space == std::string_view::npos ? text.size() : space + 1;
-    if (word.empty()) continue;
-    if (field == 0) {
-      if (word != kStateMagic) throw bad("it does not start with stoker-stream");
-    } else if (field == 1) {
-      if (word != std::to_string(kStateVersion)) throw bad("an unknown version");
-    } else {
-      const std::size_t eq = word.find('=');
-      if (eq == std::string_view::npos) throw bad(fmt::format("'{}' is not key=value", word));
-      const std::string_view key = word.substr(0, eq);
-      const std::string_view value = word.substr(eq + 1);
-      const std::pair<std::string_view, std::uint64_t*> numbers[] = {
-          {"epoch", &s.epoch}, {"seed", &s.seed}, {"total", &s.total},     {"shards", &s.shards},
-          {"world", &s.world}, {"rank", &s.rank}, {"workers", &s.workers}, {"batches", &s.batches}};
-      bool known = false;
-      for (std::size_t i = 0; i < std::size(numbers); ++i) {
-        if (key != numbers[i].first) continue;
-        if (!parse_u64(value, *numbers[i].second))
-          throw bad(fmt::format("{} is not a number", key));
-        have[i] = known = true;
-      }
-      if (key == "policy") {
-        if (value != "pad" && value != "drop") throw bad("policy is neither pad nor drop");
-        s.policy = std::string(value);
-        have[8] = known = true;
-      } else if (key == "delivered") {
-        std::string_view rest = value;
-        while (!rest.empty()) {
-          const std::size_t comma = rest.find(',');
-          std::uint64_t v = 0;
-          if (!parse_u64(rest.substr(0, comma), v)) throw bad("delivered is not a number list");
-          s.delivered.push_back(v);
-          if (comma == std::string_view::npos) break;
-          rest.remove_prefix(comma + 1);
-        }
-        have[9] = known = true;
-      }
-      if (!known) throw bad(fmt::format("unknown key '{}'", key));
-    }
-    ++field;
-  }
-  for (const bool h : have) {
-    if (!h) throw bad("a key is missing");
-  }
-  if (s.delivered.size() != std::max<std::uint64_t>(s.workers, 1) || s.rank >= s.world) {
-    throw bad("its counts do not agree");
-  }
-  return s;
 }
 
 }  // namespace
@@ -334,8 +245,20 @@ Sample ShardedDataset::get(std::size_t index) {
   const auto [shard, k] = locate(index);
   detail::RawRecord& record = reader_->record;
   format_->read(shard, k, *plan_, reader_->files, record);
-  if (!record.error.empty()) throw Error(record.error);
-  return format_->decode(record, *plan_);
+  if (!record.error.empty()) {
+    throw ShardError(record.error, format_->shard_name(shard), record.offset);
+  }
+  Sample sample = [&] {
+    try {
+      return format_->decode(record, *plan_);
+    } catch (...) {
+      format_->check_mapping(record);  // zeros where the file was cut: report that instead
+      throw;
+    }
+  }();
+  format_->check_mapping(record);
+  record.mapping.reset();
+  return sample;
 }
 
 ShardedStream ShardedDataset::stream(StreamOptions options) const {
@@ -478,9 +401,9 @@ bool draw(const detail::ShardFormat& format, const detail::FieldPlan& plan, std:
     detail::RawRecord record = take_spare(st);
     pull(format, plan, st, record);
     if (!record.error.empty()) {
-      const std::string message = std::move(record.error);
+      ShardError error(std::move(record.error), format.shard_name(record.shard), record.offset);
       st.spares.push_back(std::move(record));
-      throw Error(message);
+      throw error;
     }
     st.buffer.push_back(std::move(record));
   }
@@ -505,9 +428,9 @@ void ShardedStream::start_epoch(std::uint64_t epoch) {
   st.started = true;
   st.epoch = epoch;
   st.split = split(static_cast<int>(workers));
-  std::optional<detail::SavedState> saved;
+  std::optional<detail::StreamState> saved;
   if (!pending_state_.empty()) {
-    saved = detail::parse_state(pending_state_);
+    saved = detail::parse_stream_state(pending_state_);
     if (saved->epoch != epoch) saved.reset();
   }
   // A resumed epoch's first batch is the one after the last received, which came from worker
@@ -612,22 +535,25 @@ std::string ShardedStream::state_for(std::uint64_t epoch, std::uint64_t batches,
   const StreamSplit s = split(num_workers);
   const auto workers = static_cast<std::size_t>(std::max(num_workers, 1));
   // Every stream has the same number of batches, so batch j came from worker j mod workers.
-  std::string delivered;
+  detail::StreamState saved;
   for (std::size_t w = 0; w < workers; ++w) {
     const std::uint64_t from_w = batches / workers + (w < batches % workers ? 1 : 0);
-    const std::uint64_t records = std::min<std::uint64_t>(from_w * batch_size, s.per_stream);
-    delivered += fmt::format("{}{}", w == 0 ? "" : ",", records);
+    saved.delivered.push_back(std::min<std::uint64_t>(from_w * batch_size, s.per_stream));
   }
-  return fmt::format(
-      "{} {} epoch={} seed={} total={} shards={} world={} rank={} workers={} policy={} "
-      "batches={} delivered={}",
-      detail::kStateMagic, detail::kStateVersion, epoch, options_.seed, s.total, num_shards(),
-      options_.world_size, options_.rank, num_workers, detail::policy_name(options_.equal_batches),
-      batches, delivered);
+  saved.epoch = epoch;
+  saved.seed = options_.seed;
+  saved.total = s.total;
+  saved.shards = num_shards();
+  saved.world = options_.world_size;
+  saved.rank = options_.rank;
+  saved.workers = static_cast<std::uint64_t>(num_workers);
+  saved.policy = std::string(detail::policy_name(options_.equal_batches));
+  saved.batches = batches;
+  return detail::format_stream_state(saved);
 }
 
 void ShardedStream::load_state(std::string_view state) {
-  const detail::SavedState saved = detail::parse_state(state);  // throws when malformed
+  const detail::StreamState saved = detail::parse_stream_state(state);  // throws when malformed
   (void)saved;
   pending_state_ = std::string(state);
 }

@@ -1,5 +1,6 @@
 #include "datasets/shards/tar_index.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <utility>
 
@@ -36,16 +37,26 @@ void TarIndexBuilder::add(const TarSample& sample) {
   index_.records.push_back(record);
 }
 
-TarIndex build_tar_index(StreamSource& in) {
-  TarSampleReader reader(in, 0, nullptr, nullptr);
+bool TarIndex::fits(bool lowercase) const noexcept {
+  return lowercase == lowercase_fields ||
+         std::none_of(fields.begin(), fields.end(),
+                      [](const std::string& f) { return has_uppercase_ascii(f); });
+}
+
+TarIndex build_tar_index(StreamSource& in, bool lowercase_fields, std::uint64_t* bytes_read) {
+  TarSampleReader reader(in, 0, nullptr, nullptr, lowercase_fields);
   TarIndexBuilder builder;
   TarSample sample;
   while (reader.next(sample, false)) builder.add(sample);
-  return builder.take();
+  if (bytes_read != nullptr) *bytes_read = reader.position();
+  TarIndex index = builder.take();
+  index.lowercase_fields = lowercase_fields;
+  return index;
 }
 
 std::vector<std::byte> serialize_tar_index(const TarIndex& index) {
   IndexWriter w;
+  w.u8(index.lowercase_fields ? 1 : 0);
   w.u32(static_cast<std::uint32_t>(index.fields.size()));
   for (const std::string& f : index.fields) w.string(f);
   w.u64(index.records.size());
@@ -76,7 +87,10 @@ std::optional<TarIndex> parse_tar_index(std::span<const std::byte> payload,
                                         std::uint64_t shard_size) {
   IndexReader r(payload);
   TarIndex index;
+  std::uint8_t lowercase = 0;
   std::uint32_t nfields = 0;
+  if (!r.u8(lowercase) || lowercase > 1) return std::nullopt;
+  index.lowercase_fields = lowercase != 0;
   if (!r.u32(nfields) || nfields > r.remaining() / 4) return std::nullopt;
   index.fields.resize(nfields);
   for (std::string& f : index.fields) {

@@ -19,7 +19,9 @@
 namespace stoker::detail {
 
 inline constexpr std::string_view kTarIndexMagic = "stkwds\0i";
-inline constexpr std::uint32_t kTarIndexVersion = 1;
+// 2: a header cut short belongs to the sample it cut (damage_may_belong), and the payload
+// says whether field names were lower-cased.
+inline constexpr std::uint32_t kTarIndexVersion = 2;
 
 struct TarIndex {
   struct Record {
@@ -33,6 +35,7 @@ struct TarIndex {
     std::uint64_t size = 0;
     std::uint32_t field = 0;  // index in fields
   };
+  bool lowercase_fields = false;    // the field names were lower-cased (TarSampleReader)
   std::vector<std::string> fields;  // the distinct field names
   std::vector<Record> records;
   std::vector<Member> members;
@@ -46,11 +49,17 @@ struct TarIndex {
     const Member& last = members[r.first_member + r.members - 1];
     return last.data_offset + last.size;
   }
+  // Whether it holds what an index built with `lowercase` would: one built either way with no
+  // upper-case field name serves both.
+  bool fits(bool lowercase) const noexcept;
 };
 
-// Indexes the tar stream `in` (starting at its byte 0). Throws what the source throws.
-TarIndex build_tar_index(StreamSource& in);
-// A sample-by-sample builder for writers that know their offsets (ShardWriter).
+// Indexes the tar stream `in` (starting at its byte 0), lower-casing field names when told.
+// `bytes_read`, when given, receives the stream's length in bytes (0: an empty shard). Throws
+// what the source throws.
+TarIndex build_tar_index(StreamSource& in, bool lowercase_fields = false,
+                         std::uint64_t* bytes_read = nullptr);
+// A sample-by-sample builder for writers that know their offsets (WebDatasetWriter).
 class TarIndexBuilder {
  public:
   void add(const TarSample& sample);

@@ -69,6 +69,49 @@ bool all_zero(std::span<const std::byte, kTarBlock> block) {
   return std::all_of(block.begin(), block.end(), [](std::byte b) { return b == std::byte{0}; });
 }
 
+// As much of a member's path as the first `cut.size()` bytes of its header show (the name
+// field, and the POSIX prefix field when it was read), into damage.name_hint and .hint; nothing
+// when the type field was read and says the block is not a sample member's (a directory, a
+// link, an extended header: what comes after it is unknown).
+void cut_name(std::span<const std::byte> cut, TarDamage& damage) {
+  if (cut.size() > kTypeAt) {
+    const auto type = static_cast<char>(byte_at(cut, kTypeAt));
+    if (type != '0' && type != '\0' && type != '7') return;
+  }
+  const auto text = [&](std::size_t at, std::size_t len, bool& whole) {
+    const std::size_t have = cut.size() > at ? std::min(len, cut.size() - at) : 0;
+    const char* p = reinterpret_cast<const char*>(cut.data() + at);
+    const std::size_t n = strnlen(p, have);
+    whole = n < have || have == len;  // its NUL was read, or the field is full
+    return std::string(p, n);
+  };
+  bool name_whole = false;
+  std::string path = text(kNameAt, kNameLen, name_whole);
+  // GNU tar's "ustar  " has no prefix field; POSIX "ustar\0" may, and an unread magic may.
+  const bool magic_read = cut.size() >= kMagicAt + 6;
+  const bool posix = magic_read && std::memcmp(cut.data() + kMagicAt, "ustar\0", 6) == 0;
+  bool prefix_known = magic_read && !posix;
+  if (posix) {
+    bool prefix_whole = false;
+    const std::string prefix = text(kPrefixAt, kPrefixLen, prefix_whole);
+    prefix_known = prefix_whole;
+    if (prefix_whole && !prefix.empty()) path = prefix + "/" + path;
+  }
+  const bool printable =
+      std::all_of(path.begin(), path.end(), [](char c) { return c >= 32 && c < 127; });
+  if (!printable || path.empty()) return;  // nothing to go on
+  if (!name_whole) {
+    // The start of the name is the start of the path only when no prefix comes before it.
+    if (prefix_known) {
+      damage.name_hint = std::move(path);
+      damage.hint = TarDamage::Hint::kStart;
+    }
+    return;
+  }
+  damage.name_hint = std::move(path);
+  damage.hint = prefix_known ? TarDamage::Hint::kWhole : TarDamage::Hint::kEnd;
+}
+
 bool has_ustar_magic(std::span<const std::byte, kTarBlock> block) {
   return std::memcmp(block.data() + kMagicAt, "ustar", 5) == 0;
 }
@@ -183,6 +226,29 @@ bool split_member_name(std::string_view path, std::string_view& key, std::string
   return true;
 }
 
+bool damage_may_belong(const TarDamage& d, std::string_view key) {
+  const std::string_view hint = d.name_hint;
+  if (hint.empty()) return d.problem == TarProblem::kTruncated;  // cut before its name
+  std::string_view hint_key;
+  std::string_view field;
+  switch (d.hint) {
+    case TarDamage::Hint::kWhole:
+      // A path that is no sample member's (README, a directory) does not end the sample.
+      return !split_member_name(hint, hint_key, field) || hint_key == key;
+    case TarDamage::Hint::kStart:
+      // A name cut short ("c/04") may still become one that is no sample member's ("c/04/", a
+      // directory; "c/04", no extension), which would not end the sample.
+      return true;
+    case TarDamage::Hint::kEnd:
+      // The path is "<unread prefix>/<hint>": its key ends with the hint's.
+      if (!split_member_name(hint, hint_key, field)) return true;
+      return key == hint_key || (key.size() > hint_key.size() &&
+                                 key.substr(key.size() - hint_key.size()) == hint_key &&
+                                 key[key.size() - hint_key.size() - 1] == '/');
+  }
+  return false;
+}
+
 // ---------------------------------------------------------------------------------------------
 
 TarScanner::TarScanner(StreamSource& in, std::uint64_t start) : in_(in), pos_(start) {}
@@ -293,8 +359,19 @@ TarScanner::Step TarScanner::next(TarMember& member, TarDamage& damage) {
       return Step::kEnd;
     }
     if (got < kTarBlock) {
-      return truncated(member_start, fmt::format("inside a member header at byte {}", at), false,
-                       damage);
+      truncated(member_start, fmt::format("inside a member header at byte {}", at), false, damage);
+      if (extended) {
+        // The path came in the extended header; the cut block is its member's (a regular file,
+        // unless the type field that was read says otherwise).
+        const bool regular = got <= kTypeAt || byte_at(block, kTypeAt) == '0' ||
+                             byte_at(block, kTypeAt) == 0 || byte_at(block, kTypeAt) == '7';
+        if (regular && (long_name || pax.path)) {
+          damage.name_hint = long_name ? *long_name : *pax.path;
+        }
+      } else {
+        cut_name(std::span<const std::byte>(block).first(got), damage);
+      }
+      return Step::kDamage;
     }
     TarHeader header;
     TarProblem problem = TarProblem::kNone;
@@ -427,14 +504,29 @@ void TarSample::clear() noexcept {
 }
 
 TarSampleReader::TarSampleReader(StreamSource& in, std::uint64_t start, WantsFn wants,
-                                 const void* context)
-    : scanner_(in, start), wants_(wants), context_(context) {}
+                                 const void* context, bool lowercase_fields)
+    : scanner_(in, start), wants_(wants), context_(context), lowercase_(lowercase_fields) {}
+
+std::string lowercase_ascii(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+bool has_uppercase_ascii(std::string_view s) noexcept {
+  return std::any_of(s.begin(), s.end(), [](char c) { return c >= 'A' && c <= 'Z'; });
+}
 
 void TarSampleReader::take_member(TarSample& out, bool read_bytes) {
   TarMember& m = *pending_;
   std::string_view key;
-  std::string_view field;
-  split_member_name(m.path, key, field);
+  std::string_view raw_field;
+  split_member_name(m.path, key, raw_field);
+  const std::string lowered =
+      lowercase_ && has_uppercase_ascii(raw_field) ? lowercase_ascii(raw_field) : std::string();
+  const std::string_view field = lowered.empty() ? raw_field : std::string_view(lowered);
   for (const TarSample::Member& existing : out.members) {
     if (existing.field == field && !out.damage) {
       out.damage = TarDamage{TarProblem::kDuplicateField,
@@ -585,9 +677,12 @@ bool TarSampleReader::next(TarSample& out, bool read_bytes) {
         if (step == TarScanner::Step::kEnd) ended_ = true;
         const bool next_is_its = after_is_sample && !hint.empty() && hint == key;
         if (after_is_sample) pending_ = std::move(after);
+        // A header cut short at the end of the shard is the last sample's unless what could be
+        // read of its name shows another key: the damage then spoils no good data.
+        const bool cut_here = d.problem == TarProblem::kTruncated && damage_may_belong(d, out.key);
         if (next_is_its) {
           attach_next_ = std::move(d);
-        } else if (!hint.empty() && hint == out.key) {
+        } else if ((!hint.empty() && hint == out.key) || cut_here) {
           if (!out.damage) {
             d.offset = out.offset;
             out.damage = std::move(d);

@@ -83,9 +83,21 @@ struct TarDamage {
   std::string detail;      // "stored checksum 4321, computed 4318"
   bool in_member = false;  // the stream ended inside the data of the member just returned
   // The member name the damaged header still shows (when it is printable): which sample the
-  // damage most likely belongs to.
+  // damage most likely belongs to. For a header cut short, as much of the name as was read:
+  enum class Hint : std::uint8_t {
+    kWhole,  // name_hint is the member's path (empty: nothing to go on)
+    kStart,  // the stream ended inside the name: name_hint is how the path starts
+    kEnd,    // the header's prefix field was not read: name_hint is how the path ends
+  };
   std::string name_hint;
+  Hint hint = Hint::kWhole;
 };
+
+// Whether the damaged header `d` may be a member of the sample whose key is `key`, or something
+// the sample goes on after (a directory, README): false only when its name hint shows a sample
+// member of another key, which starts a new sample. A header cut short before its name was
+// read whole may be.
+bool damage_may_belong(const TarDamage& d, std::string_view key);
 
 class TarScanner {
  public:
@@ -146,17 +158,24 @@ struct TarSample {
 // Groups a scanner's members into samples. A damaged stretch makes the sample it belongs to a
 // bad record: the sample before it when the members after it continue that sample or its
 // header's name (name_hint) has that sample's key, the sample after it when the name has that
-// one's key; otherwise it is a bad record of its own. Unselected fields' bytes are skipped.
+// one's key; otherwise it is a bad record of its own. A header cut short by the end of the
+// stream is the last sample's unless what was read of its name shows another key
+// (damage_may_belong). Unselected fields' bytes are skipped. With `lowercase_fields`, field
+// names are lower-cased (ASCII) as WebDataset does by default, so "a.JPG" is field "jpg" (and
+// "a.jpg" with "a.JPG" is one field twice).
 class TarSampleReader {
  public:
   // `wants(field)`: whether to read that field's bytes; null: read none (indexing).
   using WantsFn = bool (*)(const void* context, std::string_view field);
-  TarSampleReader(StreamSource& in, std::uint64_t start, WantsFn wants, const void* context);
+  TarSampleReader(StreamSource& in, std::uint64_t start, WantsFn wants, const void* context,
+                  bool lowercase_fields = false);
 
   // The next sample into `out` (cleared first); false at the end. With read_bytes false no
   // field's bytes are read (skipping samples, indexing).
   bool next(TarSample& out, bool read_bytes = true);
   std::uint64_t position() const noexcept { return scanner_.position(); }
+  // True once the stream has ended without a single byte: a 0-byte shard, which tar refuses.
+  bool empty_stream() const noexcept { return ended_ && scanner_.position() == 0; }
 
  private:
   void take_member(TarSample& out, bool read_bytes);  // adds *pending_ to out
@@ -170,6 +189,11 @@ class TarSampleReader {
   std::optional<TarDamage> pending_damage_;  // a bad record of its own, returned next
   std::optional<TarDamage> attach_next_;     // makes the sample starting at pending_ bad
   bool ended_ = false;
+  bool lowercase_;
 };
+
+// ASCII lower-case (WebDataset's suffix.lower() for the names tar shards use).
+std::string lowercase_ascii(std::string_view s);
+bool has_uppercase_ascii(std::string_view s) noexcept;
 
 }  // namespace stoker::detail

@@ -1,7 +1,4 @@
-// ShardWriter: WebDataset tar shards and their indexes.
-#include <fcntl.h>
-#include <unistd.h>
-
+// WebDatasetWriter: WebDataset tar shards and their indexes.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -10,12 +7,12 @@
 
 #include <fmt/format.h>
 
+#include "data/random_state.hpp"
 #include "datasets/shards/index_cache.hpp"
 #include "datasets/shards/shard_format.hpp"
 #include "datasets/shards/tar_index.hpp"
 #include "datasets/shards/tar_reader.hpp"
 #include "os/posix.hpp"
-#include "data/random_state.hpp"
 #include "stoker/errors.hpp"
 #include "stoker/npy_dataset.hpp"
 #include "stoker/webdataset.hpp"
@@ -67,10 +64,11 @@ struct ShardPattern {
     }
     tail = text;
     if (conversions != 1) {
-      throw std::invalid_argument(fmt::format(
-          "ShardWriterOptions::pattern \"{}\" must hold exactly one integer conversion, such as "
-          "\"out/train-%06d.tar\"",
-          pattern));
+      throw std::invalid_argument(
+          fmt::format("WebDatasetWriterOptions::pattern \"{}\" must hold exactly one integer "
+                      "conversion, such as "
+                      "\"out/train-%06d.tar\"",
+                      pattern));
     }
   }
   std::string path(std::size_t n) const { return fmt::format("{}{:0{}}{}", head, n, width, tail); }
@@ -141,8 +139,8 @@ bool is_integer(DType d) {
 
 }  // namespace
 
-struct ShardWriter::Impl {
-  ShardWriterOptions options;
+struct WebDatasetWriter::Impl {
+  WebDatasetWriterOptions options;
   ShardPattern pattern;
   std::vector<std::string> paths;
   std::string path;  // the open shard
@@ -153,26 +151,24 @@ struct ShardWriter::Impl {
   std::uint64_t samples = 0;
   detail::TarIndexBuilder index;
 
-  explicit Impl(ShardWriterOptions o) : options(std::move(o)), pattern(options.pattern) {
+  explicit Impl(WebDatasetWriterOptions o) : options(std::move(o)), pattern(options.pattern) {
     if (options.max_shard_bytes == 0) {
-      throw std::invalid_argument("ShardWriterOptions::max_shard_bytes is 0; give a target size");
+      throw std::invalid_argument(
+          "WebDatasetWriterOptions::max_shard_bytes is 0; give a target size");
     }
   }
 
   [[noreturn]] void fail(std::string_view what, int err) const {
     throw Error(
-        fmt::format("ShardWriter: cannot {} {}: {}; check the directory exists and has "
+        fmt::format("WebDatasetWriter: cannot {} {}: {}; check the directory exists and has "
                     "space",
                     what, path, detail::posix::errno_message("the system said", err)));
   }
 
   void flush() {
-    std::size_t done = 0;
-    while (done < pending.size()) {
-      const ssize_t n = ::write(fd.get(), pending.data() + done, pending.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) fail("write", n < 0 ? errno : ENOSPC);
-      done += static_cast<std::size_t>(n);
+    errno = 0;  // a write of 0 bytes (a full disk) sets none
+    if (detail::posix::write_all(fd.get(), pending.data(), pending.size()) != 0) {
+      fail("write", errno != 0 ? errno : ENOSPC);
     }
     pending.clear();
   }
@@ -189,7 +185,7 @@ struct ShardWriter::Impl {
 
   void open_next() {
     path = pattern.path(paths.size());
-    fd = detail::posix::Fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    fd = detail::posix::Fd(detail::posix::open_write(path.c_str()));
     if (!fd.valid()) fail("create shard", errno);
     offset = 0;
     samples_in_shard = 0;
@@ -200,16 +196,21 @@ struct ShardWriter::Impl {
     if (!fd.valid()) return;
     pending.insert(pending.end(), 2 * kTarBlock, std::byte{0});  // the end-of-archive marker
     offset += 2 * kTarBlock;
-    flush();
-    if (::close(fd.release()) != 0) fail("close", errno);
+    try {
+      flush();
+    } catch (...) {
+      fd.reset();  // not left open for the destructor to try again
+      throw;
+    }
+    if (detail::posix::close_fd(fd.release()) != 0) fail("close", errno);
     if (options.write_index) {
-      const detail::ShardStat stat = detail::stat_shard(path, "ShardWriter");
+      const detail::ShardStat stat = detail::stat_shard(path, "WebDatasetWriter");
       const detail::TarIndex built = index.take();
       const std::string idx = detail::index_path(path, "");
       if (!detail::save_index(idx, detail::kTarIndexMagic, detail::kTarIndexVersion, stat,
                               detail::serialize_tar_index(built))) {
         throw Error(
-            fmt::format("ShardWriter: cannot write the index {} of shard {}; check the "
+            fmt::format("WebDatasetWriter: cannot write the index {} of shard {}; check the "
                         "directory is writable, or set write_index = false",
                         idx, path));
       }
@@ -249,47 +250,48 @@ struct ShardWriter::Impl {
   }
 };
 
-ShardWriter::ShardWriter(ShardWriterOptions options)
+WebDatasetWriter::WebDatasetWriter(WebDatasetWriterOptions options)
     : impl_(std::make_unique<Impl>(std::move(options))) {}
 
-ShardWriter::~ShardWriter() {
+WebDatasetWriter::~WebDatasetWriter() {
   try {
     impl_->close_shard();
   } catch (...) {
-    // finish() reports; a destructor must not throw.
+    // close() reports; a destructor must not throw.
   }
 }
 
-std::uint64_t ShardWriter::samples_written() const noexcept { return impl_->samples; }
+std::uint64_t WebDatasetWriter::samples_written() const noexcept { return impl_->samples; }
 
-void ShardWriter::write(
+void WebDatasetWriter::write(
     std::string_view key,
     std::span<const std::pair<std::string, std::span<const std::byte>>> fields) {
   const std::size_t slash = key.rfind('/');
   const std::string_view base = slash == std::string_view::npos ? key : key.substr(slash + 1);
   if (base.empty() || base.find('.') != std::string_view::npos || base.front() == '.') {
     throw std::invalid_argument(fmt::format(
-        "ShardWriter::write: key '{}' must end in a non-empty name without '.' (the first '.' "
+        "WebDatasetWriter::write: key '{}' must end in a non-empty name without '.' (the first '.' "
         "after the last '/' starts the field name)",
         key));
   }
   if (fields.empty()) {
     throw std::invalid_argument(
-        fmt::format("ShardWriter::write: sample '{}' has no fields; give at least one", key));
+        fmt::format("WebDatasetWriter::write: sample '{}' has no fields; give at least one", key));
   }
   std::uint64_t bytes = 0;
   for (std::size_t i = 0; i < fields.size(); ++i) {
     const std::string& name = fields[i].first;
     if (name.empty() || name.find('/') != std::string::npos) {
-      throw std::invalid_argument(fmt::format(
-          "ShardWriter::write: sample '{}' has a field named '{}'; field names are non-empty and "
-          "hold no '/'",
-          key, name));
+      throw std::invalid_argument(
+          fmt::format("WebDatasetWriter::write: sample '{}' has a field named '{}'; field names "
+                      "are non-empty and "
+                      "hold no '/'",
+                      key, name));
     }
     for (std::size_t j = 0; j < i; ++j) {
       if (fields[j].first == name) {
         throw std::invalid_argument(
-            fmt::format("ShardWriter::write: sample '{}' has field '{}' twice", key, name));
+            fmt::format("WebDatasetWriter::write: sample '{}' has field '{}' twice", key, name));
       }
     }
     bytes += impl_->header_bytes(fmt::format("{}.{}", key, name), fields[i].second.size()) +
@@ -312,7 +314,7 @@ void ShardWriter::write(
   ++w.samples;
 }
 
-void ShardWriter::write(std::string_view key, const Sample& sample) {
+void WebDatasetWriter::write(std::string_view key, const Sample& sample) {
   std::vector<std::vector<std::byte>> owned;
   owned.reserve(sample.size());
   std::vector<std::pair<std::string, std::span<const std::byte>>> fields;
@@ -337,7 +339,7 @@ void ShardWriter::write(std::string_view key, const Sample& sample) {
   write(key, fields);
 }
 
-std::vector<std::string> ShardWriter::finish() {
+std::vector<std::string> WebDatasetWriter::close() {
   impl_->close_shard();
   return impl_->paths;
 }
@@ -346,8 +348,8 @@ namespace detail {
 
 std::vector<std::string> write_webdataset_samples(std::size_t n,
                                                   const std::function<Sample(std::size_t)>& get,
-                                                  ShardWriterOptions options) {
-  ShardWriter writer(std::move(options));
+                                                  WebDatasetWriterOptions options) {
+  WebDatasetWriter writer(std::move(options));
   for (std::size_t i = 0; i < n; ++i) {
     begin_sample_rng(0, 0, i);
     Sample sample;
@@ -360,7 +362,7 @@ std::vector<std::string> write_webdataset_samples(std::size_t n,
     end_sample_rng();
     writer.write(fmt::format("{:09}", i), sample);
   }
-  return writer.finish();
+  return writer.close();
 }
 
 }  // namespace detail

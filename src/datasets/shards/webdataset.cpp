@@ -39,6 +39,14 @@ bool wants_field(const void* plan, std::string_view field) {
   return static_cast<const FieldPlan*>(plan)->wants(field);
 }
 
+// A 0-byte shard is a failed copy or download, not a shard without samples.
+std::string empty_message(const std::string& name, bool compressed) {
+  return fmt::format(
+      "{}: {} is empty (0 bytes{}); a tar shard holds at least one member (GNU tar and Python's "
+      "tarfile refuse it too): the copy or download that made it failed, so make it again",
+      kWho, name, compressed ? " once decompressed" : "");
+}
+
 struct WdsShard {
   std::string name;
   bool seekable = false;                  // a plain file with an index of offsets
@@ -53,11 +61,11 @@ class WebDatasetFormat;
 class TarCursor final : public RecordCursor {
  public:
   TarCursor(std::size_t shard, const WdsShard& s, std::uint64_t first, const FieldPlan& plan,
-            ShardFiles& files)
+            ShardFiles& files, bool lowercase)
       : shard_(shard),
         start_(s.seekable && first < s.index->records.size() ? s.index->records[first].offset : 0),
         source_(files.open_stream(shard, s.name, start_, kWho)),
-        reader_(*source_, start_, &wants_field, &plan),
+        reader_(*source_, start_, &wants_field, &plan, lowercase),
         ordinal_(start_ != 0 ? first : 0),
         name_(s.name) {
     while (ordinal_ < first && skip()) {
@@ -66,7 +74,15 @@ class TarCursor final : public RecordCursor {
 
   bool next(RawRecord& out) override {
     out.clear();
-    if (!reader_.next(sample_, true)) return false;
+    if (!reader_.next(sample_, true)) {
+      // A shard counted without reading it (a pipe given sample_counts) that holds nothing:
+      // its first record says so, the next ones that the shard ended early.
+      if (!reader_.empty_stream() || std::exchange(empty_reported_, true)) return false;
+      out.shard = shard_;
+      out.ordinal = ordinal_++;
+      out.error = empty_message(name_, false);
+      return true;
+    }
     out.shard = shard_;
     out.ordinal = ordinal_++;
     out.offset = sample_.offset;
@@ -98,14 +114,17 @@ class TarCursor final : public RecordCursor {
   std::uint64_t ordinal_;
   std::string name_;
   TarSample sample_;
+  bool empty_reported_ = false;
 };
 
 class WebDatasetFormat final : public ShardListFormat<WdsShard> {
  public:
-  WebDatasetFormat(std::vector<WdsShard> shards, std::shared_ptr<RemoteSource> remote)
+  WebDatasetFormat(std::vector<WdsShard> shards, std::shared_ptr<RemoteSource> remote,
+                   bool lowercase)
       : ShardListFormat(
             std::move(shards), [](const TarIndex& ix) { return ix.damages.size(); },
-            std::move(remote)) {}
+            std::move(remote)),
+        lowercase_(lowercase) {}
 
   std::string_view format_name() const noexcept override { return kWho; }
 
@@ -119,8 +138,9 @@ class WebDatasetFormat final : public ShardListFormat<WdsShard> {
     out.ordinal = k;
     out.offset = r.offset;
     if (r.damage != 0) {
-      throw Error(
-          damage_message(RecordRef{kWho, s.name, k, r.offset, {}}, ix.damages[r.damage - 1]));
+      throw ShardError(
+          damage_message(RecordRef{kWho, s.name, k, r.offset, {}}, ix.damages[r.damage - 1]),
+          s.name, r.offset);
     }
     const std::uint64_t begin = ix.span_begin(r);
     const std::uint64_t end = ix.span_end(r);
@@ -142,36 +162,47 @@ class WebDatasetFormat final : public ShardListFormat<WdsShard> {
 
   std::unique_ptr<RecordCursor> open(std::size_t shard, std::uint64_t first, const FieldPlan& plan,
                                      ShardFiles& files) const override {
-    return std::make_unique<TarCursor>(shard, shards_[shard], first, plan, files);
+    return std::make_unique<TarCursor>(shard, shards_[shard], first, plan, files, lowercase_);
   }
+
+ private:
+  bool lowercase_;
 };
 
-std::shared_ptr<const TarIndex> index_stream(const ShardAccess& access, const std::string& name) {
+std::shared_ptr<const TarIndex> index_stream(const ShardAccess& access, const std::string& name,
+                                             bool lowercase) {
   auto source = access.open(name, 0, kWho);
-  return std::make_shared<const TarIndex>(build_tar_index(*source));
+  std::uint64_t bytes = 0;
+  auto index = std::make_shared<const TarIndex>(build_tar_index(*source, lowercase, &bytes));
+  if (bytes == 0) throw ShardError(empty_message(name, is_compressed_shard(name)), name);
+  return index;
 }
 
 // The cached index of a file shard (a remote one's: in the cache, or beside it on the server),
 // or a new one (saved when it can be).
 std::shared_ptr<const TarIndex> load_or_build(const ShardAccess& access, const std::string& name,
-                                              const ShardOptions& options, bool plain) {
+                                              const WebDatasetOptions& options, bool plain) {
   const ShardStat stat = access.stat(name, kWho);
+  if (stat.size == 0 && stat.regular) throw ShardError(empty_message(name, false), name);
   const std::uint64_t bound = plain ? stat.size : std::numeric_limits<std::uint64_t>::max();
   if (auto payload = access.load_index(name, "", kTarIndexMagic, kTarIndexVersion, stat)) {
-    if (auto index = parse_tar_index(*payload, bound)) {
+    auto index = parse_tar_index(*payload, bound);
+    if (index && index->fits(options.lowercase_fields)) {
       return std::make_shared<const TarIndex>(std::move(*index));
     }
-    logger().debug("shard index of {} is malformed: rebuilding it", name);
+    logger().debug(
+        "shard index of {} is malformed or was built with other field names: rebuilding it", name);
   }
-  std::shared_ptr<const TarIndex> index = index_stream(access, name);
+  std::shared_ptr<const TarIndex> index = index_stream(access, name, options.lowercase_fields);
   if (plain && !index->records.empty() && index->records.size() == index->damages.size() &&
       index->records.front().offset == 0 &&
       index->damages.front().problem != TarProblem::kTruncated) {
-    throw Error(fmt::format(
-        "{}: {} is not a tar file ({}: {}); a WebDataset shard is a tar archive (tar --format=pax "
-        "or stoker-shard writes one)",
-        kWho, name, tar_problem_name(index->damages.front().problem),
-        index->damages.front().detail));
+    throw ShardError(
+        fmt::format("{}: {} is not a tar file ({}: {}); a WebDataset shard is a tar archive (tar "
+                    "--format=pax or stoker-shard writes one)",
+                    kWho, name, tar_problem_name(index->damages.front().problem),
+                    index->damages.front().detail),
+        name);
   }
   if (options.write_index) {
     access.save_index(name, "", kTarIndexMagic, kTarIndexVersion, stat,
@@ -181,7 +212,7 @@ std::shared_ptr<const TarIndex> load_or_build(const ShardAccess& access, const s
 }
 
 WdsShard plain_shard(const ShardAccess& access, const std::string& name,
-                     const ShardOptions& options) {
+                     const WebDatasetOptions& options) {
   WdsShard s;
   s.name = name;
   s.seekable = true;
@@ -191,7 +222,7 @@ WdsShard plain_shard(const ShardAccess& access, const std::string& name,
 }
 
 std::shared_ptr<const ShardFormat> make_map_format(const std::vector<std::string>& shards,
-                                                   const ShardOptions& options) {
+                                                   const WebDatasetOptions& options) {
   if (shards.empty()) {
     throw std::invalid_argument("WebDatasetShards: no shards given; pass one or more .tar files");
   }
@@ -207,17 +238,18 @@ std::shared_ptr<const ShardFormat> make_map_format(const std::vector<std::string
     }
     out.push_back(plain_shard(access, name, options));
   }
-  return std::make_shared<const WebDatasetFormat>(std::move(out), access.remote());
+  return std::make_shared<const WebDatasetFormat>(std::move(out), access.remote(),
+                                                  options.lowercase_fields);
 }
 
 }  // namespace
 }  // namespace detail
 
-WebDatasetShards::WebDatasetShards(std::vector<std::string> shards, ShardOptions options)
+WebDatasetShards::WebDatasetShards(std::vector<std::string> shards, WebDatasetOptions options)
     : ShardedDataset(detail::make_map_format(shards, options), options) {}
 
 ShardedStream WebDatasetShards::stream(std::vector<std::string> shards,
-                                       StreamOptions stream_options, ShardOptions options) {
+                                       StreamOptions stream_options, WebDatasetOptions options) {
   using namespace detail;
   if (shards.empty()) {
     throw std::invalid_argument("WebDatasetShards::stream: no shards given");
@@ -242,14 +274,16 @@ ShardedStream WebDatasetShards::stream(std::vector<std::string> shards,
     if (!counts.empty()) {
       s.records = counts[i];
     } else if (is_pipe_shard(name)) {
-      s.records = index_stream(access, name)->records.size();  // runs the command once to count
+      // Runs the command once to count.
+      s.records = index_stream(access, name, options.lowercase_fields)->records.size();
     } else {
       s.index = load_or_build(access, name, options, false);
       s.records = s.index->records.size();
     }
     out.push_back(std::move(s));
   }
-  return ShardedStream(std::make_shared<const WebDatasetFormat>(std::move(out), access.remote()),
+  return ShardedStream(std::make_shared<const WebDatasetFormat>(std::move(out), access.remote(),
+                                                                options.lowercase_fields),
                        options, std::move(stream_options));
 }
 
