@@ -368,7 +368,7 @@ TEST_CASE("list_shards: brace ranges, S3 prefixes and globs with every page", "[
 
 TEST_CASE("stoker-shard --output uploads the shards and their indexes to S3", "[remote][tool]") {
 #ifndef STOKER_SHARD_TOOL
-  SKIP("stoker-shard is not built (STOKER_BUILD_BENCH off)");
+  WARN("not run: stoker-shard is not built (STOKER_BUILD_BENCH off)");  // Catch2 2 has no SKIP
 #else
   TempDir scratch("tool");
   const RemoteServers& s = RemoteServers::get();
