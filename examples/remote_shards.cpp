@@ -1,4 +1,4 @@
-// WebDataset shards in S3: written here with ShardWriter, uploaded with upload_file() (each
+// WebDataset shards in S3: written here with WebDatasetWriter, uploaded with upload_file() (each
 // shard and its .idx), named again with list_shards() (an S3 listing), then streamed by a
 // 2-worker DataLoader straight from the bucket. The first epoch downloads each shard once into
 // the node-wide cache (both workers share it); the second reads the cache and fetches nothing.
@@ -41,17 +41,17 @@ int main(int argc, char** argv) {
     options.remote.cache_limit = 64 << 20;  // bytes on disk for the whole machine
     options.remote.read_ahead_shards = 2;   // the next two shards download while one is read
 
-    stoker::ShardWriterOptions wo;
+    stoker::WebDatasetWriterOptions wo;
     wo.pattern = dir + "/shards/part-%03d.tar";
     wo.max_samples_per_shard = 250;
-    stoker::ShardWriter writer(wo);
+    stoker::WebDatasetWriter writer(wo);
     for (int i = 0; i < 1000; ++i) {
       stoker::Sample s;
       s.set("cls", stoker::Tensor::scalar<std::int64_t>(i));
       writer.write(std::to_string(100000 + i), s);
     }
     const std::string prefix = "s3://" + bucket + "/example-remote/";
-    for (const std::string& shard : writer.finish()) {
+    for (const std::string& shard : writer.close()) {
       const std::string name = std::filesystem::path(shard).filename().string();
       stoker::upload_file(shard, prefix + name, options.remote);
       stoker::upload_file(shard + ".idx", prefix + name + ".idx", options.remote);

@@ -34,7 +34,13 @@ for preset in "${presets[@]}"; do
   echo "=== stoker: $preset build"
   cmake --preset "$preset" >/dev/null
   cmake --build --preset "$preset"
-  ctest --preset "$preset" "${label_args[@]}"
+  preset_args=("${label_args[@]}")
+  if [ "$preset" = asan ]; then
+    # The remote tests (label `remote`) have not yet had an ASan run of their own (round 3
+    # landed them release-only; docs/remote.md says so): they run in the release build only.
+    if [ ${#label_args[@]} -gt 0 ]; then preset_args=(-LE 'stress|remote'); else preset_args=(-LE remote); fi
+  fi
+  ctest --preset "$preset" "${preset_args[@]}"
   if [ "$preset" = release ]; then
     if [ -d build/release/python/stoker ]; then
       echo "=== stoker: Python package tests (python/tests, pytest)"

@@ -44,9 +44,9 @@ std::vector<std::string> write_tar_shards(const std::string& dir, std::size_t sh
   std::vector<std::string> paths;
   std::size_t next = 0;
   for (std::size_t j = 0; j < shards; ++j) {
-    ShardWriterOptions options;
+    WebDatasetWriterOptions options;
     options.pattern = fmt::format("{}/shard-{:03}-%d.tar", dir, j);
-    ShardWriter writer(options);
+    WebDatasetWriter writer(options);
     for (std::size_t k = 0; k < per_shard; ++k, ++next) {
       const std::string index = std::to_string(next);
       const std::string bin = pattern_bytes(payload, next);
@@ -54,7 +54,7 @@ std::vector<std::string> write_tar_shards(const std::string& dir, std::size_t sh
           {"index", as_bytes(index)}, {"bin", as_bytes(bin)}};
       writer.write(fmt::format("{:06}", next), fields);
     }
-    for (std::string& p : writer.finish()) paths.push_back(std::move(p));
+    for (std::string& p : writer.close()) paths.push_back(std::move(p));
   }
   return paths;
 }
