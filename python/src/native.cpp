@@ -319,7 +319,7 @@ void bind_native(py::module_& m) {
       "tokens",
       [](std::vector<std::string> shards, std::size_t context, std::optional<std::size_t> stride,
          const std::string& dtype, const std::string& format, const std::string& structure) {
-        TokenDataset::Options options;
+        TokenOptions options;
         options.context = context;
         options.stride = stride;
         options.dtype = dtype_of(dtype);
