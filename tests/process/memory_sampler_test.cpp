@@ -397,14 +397,13 @@ TEST_CASE("tree memory sampler: a loader's peak is its ring plus its processes' 
   const std::optional<TreeMemory> before = exact.read(0);
   REQUIRE(before.has_value());
 
-  TreeMemorySampler::Options options;  // stoker-bench's
-#if defined(__SANITIZE_ADDRESS__)
-  // ASan's shadow memory and quarantine make a Pss_Anon pass of this tree cost tens of times more
-  // CPU, and 1% of a core then allows only the first and the last exact pass: between them the
-  // workers' copy-on-write pages (which do not move RssAnon) go uncounted. A larger budget gives
-  // the sanitizer build the exact passes a release build gets within 1%.
+  TreeMemorySampler::Options options;
+  // A larger CPU budget than stoker-bench's 1%: this test shares the machine with other tests
+  // (ctest -j2), and under ASan a Pss_Anon pass of this tree costs tens of times more. With 1%
+  // only the first and the last exact pass may come, and the workers' copy-on-write pages (which
+  // do not move RssAnon) go uncounted between them. stoker-bench's own figures are checked
+  // against an outside measurement by bench/memory_check.sh.
   options.max_cpu_share = 0.5;
-#endif
   TreeMemorySampler sampler(options);
   std::uint64_t ring = 0;
   std::uint64_t worker_bases = 0;

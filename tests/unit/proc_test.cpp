@@ -249,7 +249,7 @@ TEST_CASE("proc: process_tree holds this process first, then a forked child", "[
   CHECK(std::count(tree.begin(), tree.end(), self) == 1);
 }
 
-TEST_CASE("proc: statm's size, resident and shared pages; its anonymous part", "[proc]") {
+TEST_CASE("proc: statm's size, resident and shared pages, and its anonymous part", "[proc]") {
   const auto p = parse_statm("2099476 5736 5618 168 0 151 0\n");
   REQUIRE(p.has_value());
   CHECK(p->size == 2099476);

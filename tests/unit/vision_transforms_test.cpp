@@ -148,7 +148,7 @@ TEST_CASE("RandomCrop's reflect and symmetric padding pads twice, as torchvision
   }
 }
 
-TEST_CASE("a zero-sized output is an error naming the sizes; an empty crop box is black",
+TEST_CASE("a zero-sized output is an error naming the sizes, and an empty crop box is black",
           "[vision]") {
   // Resize(2, max_size=10) on a 1 x 37 image: 74 x 2 capped to 10 x int(10 * 2 / 74) = 0.
   const Image thin = test_image(1, 37);
