@@ -197,8 +197,7 @@ int run(const Args& a, D dataset, std::size_t batch_size, bool drop_last) {
       a.workload.c_str(), a.workers, batch_size, samples_per_epoch, bytes_per_epoch,
       join(epoch_s).c_str(), join(first_ms).c_str(), median(first_ms), first_cold_ms,
       static_cast<double>(samples_per_epoch) / m, static_cast<double>(bytes_per_epoch) / m / 1e6,
-      cpu / (static_cast<double>(samples_per_epoch) * a.epochs) * 1e6, checksum,
-      a.command.c_str());
+      cpu / (static_cast<double>(samples_per_epoch) * a.epochs) * 1e6, checksum, a.command.c_str());
   return 0;
 }
 

@@ -194,7 +194,8 @@ stoker::Sample decode_sample(const stoker::detail::TarSample& s, std::span<const
     if (m.field == "jpg") {
       out.set("image", pipeline(std::span<const std::uint8_t>(data, m.size)));
     } else if (m.field == "cls") {
-      out.set("label", stoker::decode_int_field(std::span<const std::uint8_t>(data, m.size), "cls"));
+      out.set("label",
+              stoker::decode_int_field(std::span<const std::uint8_t>(data, m.size), "cls"));
     }
   }
   return out;
@@ -219,7 +220,10 @@ class RecordClient {
         counters_(counters),
         pipeline_(image_pipeline()) {}
   RecordClient(const RecordClient& o)
-      : urls_(o.urls_), records_(o.records_), options_(o.options_), counters_(o.counters_),
+      : urls_(o.urls_),
+        records_(o.records_),
+        options_(o.options_),
+        counters_(o.counters_),
         pipeline_(o.pipeline_) {}
 
   std::size_t size() const { return records_.size(); }
@@ -260,7 +264,9 @@ class ShardClient {
  public:
   ShardClient(std::vector<std::string> urls, stoker::RemoteOptions options,
               TransferCounters* counters)
-      : urls_(std::move(urls)), options_(std::move(options)), counters_(counters),
+      : urls_(std::move(urls)),
+        options_(std::move(options)),
+        counters_(counters),
         pipeline_(image_pipeline()) {}
   ShardClient(const ShardClient& o)
       : urls_(o.urls_), options_(o.options_), counters_(o.counters_), pipeline_(o.pipeline_) {}
@@ -348,7 +354,9 @@ int main(int argc, char** argv) {
   if (pattern.empty() || servers_file.empty() || proxy.empty()) {
     usage_error("--shards, --servers and --proxy are required");
   }
-  auto wanted = [&](const char* c) { return std::find(clients.begin(), clients.end(), c) != clients.end(); };
+  auto wanted = [&](const char* c) {
+    return std::find(clients.begin(), clients.end(), c) != clients.end();
+  };
   try {
     const std::vector<std::string> local = stoker::expand_shards(pattern);
     const auto env = read_env(servers_file);
@@ -385,18 +393,20 @@ int main(int argc, char** argv) {
         records.push_back({s, r.offset, (last.data_offset + last.size + 511) / 512 * 512});
       }
     }
-    std::printf("remote_bench: %zu shards, %.1f MiB, %zu samples; %d workers, batch %zu; "
-                "%s\n",
-                local.size(), static_cast<double>(shard_bytes) / (1 << 20), records.size(),
-                workers, batch, "Resize(256) + CenterCrop(224) per image");
+    std::printf(
+        "remote_bench: %zu shards, %.1f MiB, %zu samples; %d workers, batch %zu; "
+        "%s\n",
+        local.size(), static_cast<double>(shard_bytes) / (1 << 20), records.size(), workers, batch,
+        "Resize(256) + CenterCrop(224) per image");
     std::vector<Result> results;
     auto report = [&](const Result& r) {
-      std::printf("  %-6s %4d ms  %8.1f samples/s  %7.1f MB/s  first batch %6.3f s  "
-                  "downloaded %8.1f MiB  (%llu samples in %.2f s)\n",
-                  r.client.c_str(), r.latency_ms, static_cast<double>(r.samples) / r.seconds,
-                  static_cast<double>(r.shard_bytes) / 1e6 / r.seconds, r.first_batch,
-                  static_cast<double>(r.downloaded) / (1 << 20),
-                  static_cast<unsigned long long>(r.samples), r.seconds);
+      std::printf(
+          "  %-6s %4d ms  %8.1f samples/s  %7.1f MB/s  first batch %6.3f s  "
+          "downloaded %8.1f MiB  (%llu samples in %.2f s)\n",
+          r.client.c_str(), r.latency_ms, static_cast<double>(r.samples) / r.seconds,
+          static_cast<double>(r.shard_bytes) / 1e6 / r.seconds, r.first_batch,
+          static_cast<double>(r.downloaded) / (1 << 20), static_cast<unsigned long long>(r.samples),
+          r.seconds);
       std::fflush(stdout);
       results.push_back(r);
     };

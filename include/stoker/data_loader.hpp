@@ -31,12 +31,12 @@
 #include <utility>
 #include <vector>
 
-#include "stoker/remote.hpp"
 #include "stoker/batch.hpp"
 #include "stoker/collate.hpp"
 #include "stoker/dataset.hpp"
 #include "stoker/detail/loader_core.hpp"
 #include "stoker/options.hpp"
+#include "stoker/remote.hpp"
 
 namespace stoker {
 

@@ -31,7 +31,7 @@ namespace stoker::detail {
 struct DatasetProbe {
   // Loads a few samples and reports each one's bytes; empty when it cannot.
   std::function<void(const std::function<void(std::size_t)>& report)> sample_bytes;
-  std::size_t cache_bytes = 0;  // a CachedDataset's budget
+  std::size_t cache_bytes = 0;     // a CachedDataset's budget
   std::size_t download_bytes = 0;  // remote shards: download buffers of each loading process
   // Map-style: the dataset's size, for the epoch plans; empty for an iterable dataset.
   std::function<std::size_t()> dataset_size;

@@ -263,8 +263,8 @@ class MdsFormat final : public ShardFormat {
 
   std::unique_ptr<RecordCursor> open(std::size_t shard, std::uint64_t first, const FieldPlan&,
                                      ShardFiles&) const override {
-    return std::make_unique<MdsCursor>(shard, index_->shards[shard], shards_[shard], first,
-                                       verify_, remote());
+    return std::make_unique<MdsCursor>(shard, index_->shards[shard], shards_[shard], first, verify_,
+                                       remote());
   }
 
   void throw_shrunk(const RawRecord& record) const override {
@@ -444,8 +444,8 @@ void verify_on_arrival(RemoteSource& remote, const MdsShardInfo& info, const Mds
       [file, url, raw, samples, check_hash = pick != nullptr](int fd, std::uint64_t size) {
         void* p = posix::map_shared_read_only(fd, static_cast<std::size_t>(size));
         if (p == MAP_FAILED) {
-          throw Error(posix::errno_message(fmt::format("{}: cannot map {} to check it", kWho, url),
-                                           errno));
+          throw Error(
+              posix::errno_message(fmt::format("{}: cannot map {} to check it", kWho, url), errno));
         }
         const std::span<const std::byte> data(static_cast<const std::byte*>(p),
                                               static_cast<std::size_t>(size));
@@ -453,9 +453,10 @@ void verify_on_arrival(RemoteSource& remote, const MdsShardInfo& info, const Mds
         std::uint32_t count = 0;
         if (raw && size >= 4) std::memcpy(&count, data.data(), 4);
         if (raw && count != samples) {
-          problem = fmt::format("{}: {}: the shard holds {} samples, index.json says {}; upload "
-                                "the shard or its index.json again",
-                                kWho, url, count, samples);
+          problem = fmt::format(
+              "{}: {}: the shard holds {} samples, index.json says {}; upload "
+              "the shard or its index.json again",
+              kWho, url, count, samples);
         } else if (check_hash) {
           problem = hash_mismatch(file, data, url);
         }

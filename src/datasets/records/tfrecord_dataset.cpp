@@ -123,8 +123,7 @@ std::string bad_region_message(const TfShard& s, std::size_t k, const TFRecordIn
 
 class TfCursor final : public RecordCursor {
  public:
-  TfCursor(std::size_t shard, const TfShard& s, std::uint64_t first, bool verify,
-           ShardFiles& files)
+  TfCursor(std::size_t shard, const TfShard& s, std::uint64_t first, bool verify, ShardFiles& files)
       : shard_(shard) {
     std::uint64_t start = 0;
     std::size_t start_record = 0;

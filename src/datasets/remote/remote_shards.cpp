@@ -27,7 +27,8 @@ std::vector<std::string> list_shards(std::string_view pattern, const RemoteOptio
     const std::size_t last_slash = key.rfind('/');
     const std::string_view leaf =
         last_slash == std::string_view::npos ? key : key.substr(last_slash + 1);
-    const bool prefix = url.scheme == detail::net::Scheme::kS3 && (key.empty() || key.back() == '/');
+    const bool prefix =
+        url.scheme == detail::net::Scheme::kS3 && (key.empty() || key.back() == '/');
     const bool glob = leaf.find_first_of("*?") != std::string_view::npos;
     if (!prefix && !glob) {
       out.push_back(name);
@@ -40,10 +41,9 @@ std::vector<std::string> list_shards(std::string_view pattern, const RemoteOptio
           name));
     }
     if (store == nullptr) store = std::make_unique<detail::net::ObjectStore>(options);
-    const std::string directory =
-        fmt::format("s3://{}/{}", url.host,
-                    last_slash == std::string_view::npos ? std::string_view{}
-                                                         : key.substr(0, last_slash + 1));
+    const std::string directory = fmt::format(
+        "s3://{}/{}", url.host,
+        last_slash == std::string_view::npos ? std::string_view{} : key.substr(0, last_slash + 1));
     const std::string leaf_pattern(leaf);
     for (const auto& [object, size] : store->list(prefix ? name : directory)) {
       if (ends_with(object, ".idx")) continue;  // index files beside the shards

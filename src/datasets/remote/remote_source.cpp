@@ -18,9 +18,9 @@ constexpr std::size_t kReceiveBuffer = 256 * 1024;
 
 RemoteSource::RemoteSource(RemoteOptions options) : options_(std::move(options)) {
   options_.validate();
-  region_ = std::make_shared<SharedRegion>(
-      "stoker-remote-stats", sizeof(RemoteCounters), "remote shards: the download counters",
-      "the counters need one page");
+  region_ = std::make_shared<SharedRegion>("stoker-remote-stats", sizeof(RemoteCounters),
+                                           "remote shards: the download counters",
+                                           "the counters need one page");
   counters_ = new (region_->data()) RemoteCounters();
 }
 
@@ -53,9 +53,8 @@ std::vector<std::pair<std::optional<net::ObjectInfo>, std::exception_ptr>> Remot
     // Blocking HEADs on short-lived threads: the client runs them side by side on its own.
     std::vector<std::future<net::ObjectInfo>> heads;
     for (std::size_t i = begin; i < end; ++i) {
-      heads.push_back(std::async(std::launch::async, [&store, &url = urls[i]] {
-        return store.stat(url);
-      }));
+      heads.push_back(
+          std::async(std::launch::async, [&store, &url = urls[i]] { return store.stat(url); }));
     }
     for (std::size_t i = begin; i < end; ++i) {
       try {
@@ -105,8 +104,8 @@ void RemoteSource::set_verify(const std::string& url,
   k.verify_token = std::move(token);
 }
 
-std::shared_ptr<CacheHold> RemoteSource::acquire(const std::string& url, Need need,
-                                                 const std::function<void()>& release_others) const {
+std::shared_ptr<CacheHold> RemoteSource::acquire(
+    const std::string& url, Need need, const std::function<void()>& release_others) const {
   RemoteFile file;
   file.url = url;
   if (const auto it = known_.find(url); it != known_.end()) {

@@ -292,17 +292,17 @@ bool is_compressed_shard(std::string_view name) noexcept {
 bool have_libarchive() noexcept { return STOKER_HAS_LIBARCHIVE != 0; }
 
 std::unique_ptr<StreamSource> open_stream_source(const std::string& name, std::uint64_t offset,
-                                                 std::string_view who,
-                                                 const RemoteSource* remote,
+                                                 std::string_view who, const RemoteSource* remote,
                                                  std::shared_ptr<CacheHold> held) {
   const bool compressed = is_compressed_shard(name);
   std::unique_ptr<StreamSource> source;
   if (net::is_remote(name)) {
     if (held == nullptr) {
       if (remote == nullptr) {
-        throw Error(fmt::format("{}: shard {} is a URL, but this reader was made without remote "
-                                "options; this is a bug in stoker",
-                                who, name));
+        throw Error(
+            fmt::format("{}: shard {} is a URL, but this reader was made without remote "
+                        "options; this is a bug in stoker",
+                        who, name));
       }
       held = remote->acquire(name, Need::kNow);
     }
