@@ -2,13 +2,15 @@
 // an MDS directory on s3rver and nginx read map-style and streaming exactly as their local
 // copies; index files found beside the shards on the server; list_shards() over brace ranges
 // and S3 prefixes; stoker-shard --output uploads; a 2-worker loader that downloads each shard
-// once and delivers every sample once under injected resets; and the loader's timeout still
-// holding when a server stalls.
+// once and delivers every sample once under injected resets; the loader's timeout still
+// holding when a server stalls; and two mpirun ranks on one node fetching each shard once.
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -398,4 +400,56 @@ TEST_CASE("stoker-shard --output uploads the shards and their indexes to S3", "[
   CHECK(ds.size() == 10);
   CHECK(ds.remote_stats().bytes_fetched < 2048);  // the indexes were uploaded too
 #endif
+}
+
+TEST_CASE("mpirun -np 2 on one node: each shard is downloaded once for both ranks",
+          "[remote][datasets][mpi]") {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) {
+    FAIL("mpirun is not installed (Debian: openmpi-bin; scripts/test.sh installs it)");
+  }
+  TempDir scratch("ranks");
+  const RemoteServers& s = RemoteServers::get();
+  const auto local = write_tar_shards(scratch.path, 4, 40, 20000);
+  ShardOptions options;
+  options.remote = s.s3_options(scratch.path + "/upload-cache");
+  const auto urls = upload_all(local, unique_key("ranks/"), options.remote, true);
+  std::uint64_t index_size = 0;
+  for (const std::string& p : local) index_size += fs::file_size(p + ".idx");
+
+  // One cache directory for the node, as two ranks on one machine would be given.
+  std::string command = fmt::format(
+      "timeout -k 10 120 mpirun -np 2 --oversubscribe --allow-run-as-root -x ASAN_OPTIONS=detect_"
+      "leaks=0 -x STOKER_REMOTE_SERVERS {} {} {}",
+      STOKER_REMOTE_RANKS_PROGRAM, scratch.path, scratch.path + "/node-cache");
+  for (const std::string& u : urls) command += " " + u;
+  command += " 2>&1";
+  INFO(command);
+  const int rc = std::system(command.c_str());
+  REQUIRE(WIFEXITED(rc));
+  REQUIRE(WEXITSTATUS(rc) == 0);
+
+  std::uint64_t index_bytes = 0;
+  std::uint64_t shard_bytes = 0;
+  std::multiset<std::int64_t> seen;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream in(fmt::format("{}/rank{}.txt", scratch.path, rank));
+    REQUIRE(in.good());
+    int file_rank = -1;
+    int world = 0;
+    std::uint64_t idx = 0;
+    std::uint64_t tar = 0;
+    in >> file_rank >> world >> idx >> tar;
+    REQUIRE(file_rank == rank);
+    REQUIRE(world == 2);
+    index_bytes += idx;
+    shard_bytes += tar;
+    std::size_t count = 0;
+    for (std::int64_t v; in >> v; ++count) seen.insert(v);
+    CHECK(count == 80);  // 160 samples, half each
+  }
+  // Every sample once across the ranks, and every byte of the dataset fetched exactly once.
+  CHECK(seen.size() == 160);
+  CHECK(std::set<std::int64_t>(seen.begin(), seen.end()).size() == 160);
+  CHECK(index_bytes == index_size);
+  CHECK(shard_bytes == total_size(local));
 }
