@@ -603,6 +603,7 @@ std::uint64_t ObjectStore::fetch_range(const std::string& url, std::uint64_t beg
     fetches_.emplace_back(fetch->id, fetch);
   }
   std::exception_ptr error;
+  bool ended_here = false;
   {
     std::lock_guard lock(fetch->mutex);
     if (begin >= end) {
@@ -610,8 +611,12 @@ std::uint64_t ObjectStore::fetch_range(const std::string& url, std::uint64_t beg
     } else {
       error = start_attempt(fetch, {});
     }
+    // Read under the lock: once it is released, a transfer that started can complete on the
+    // client's thread, and finish_attempt() then sets `finished` and calls `done` itself.
+    ended_here = fetch->finished;
   }
-  if (fetch->finished) {
+  if (after_start_hook_) after_start_hook_();
+  if (ended_here) {
     forget(fetch->id);
     fetch->done(error);
   }

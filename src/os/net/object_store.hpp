@@ -114,6 +114,10 @@ class ObjectStore {
   // The error raised after `attempts` tries whose last failure is `failure`.
   RemoteError make_error(std::string_view operation, const std::string& url, const Failure& failure,
                          std::size_t attempts) const;
+  // Tests only: runs in fetch_range() once the first try has started and the fetch's lock is
+  // released, before fetch_range() returns; a transfer can complete on the client's thread
+  // meanwhile (a test widens that window with a sleep).
+  void set_after_start_hook(std::function<void()> hook) { after_start_hook_ = std::move(hook); }
 
  private:
   struct RangeFetch;
@@ -140,6 +144,7 @@ class ObjectStore {
   std::mutex fetches_mutex_;
   std::uint64_t next_fetch_ = 1;
   std::vector<std::pair<std::uint64_t, std::shared_ptr<RangeFetch>>> fetches_;
+  std::function<void()> after_start_hook_;
 };
 
 }  // namespace stoker::detail::net
