@@ -8,6 +8,12 @@
 # other. In each repetition the two builds alternate which goes first.
 #
 #   bench/depth_before_after.sh --before PATH --after PATH [--runs 3] [--workers 4]
+#                               [--outside-share 0.02]
+#
+# --outside-share: the CPU share the outside sampler may take (tree_memory.py --max-cpu-share).
+# The default keeps throughput and core use undisturbed, but makes only a few passes in these
+# sub-second runs and can miss a late peak; --outside-share 1 samples every 2 ms for the memory
+# columns (and takes CPU from the runs it measures).
 #
 # Prints the exact commands, a Markdown table (each run, then the medians) and the JSON lines.
 # Needs root (tree_memory.py reads /proc/PID/map_files).
@@ -17,14 +23,16 @@ before=""
 after=""
 runs=3
 workers=4
+share=0.02
 while [ $# -gt 0 ]; do
   case "$1" in
     --before) before=$2; shift 2 ;;
     --after) after=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --workers) workers=$2; shift 2 ;;
+    --outside-share) share=$2; shift 2 ;;
     *) echo "usage: bench/depth_before_after.sh --before PATH --after PATH [--runs R]" \
-         "[--workers N]" >&2
+         "[--workers N] [--outside-share S]" >&2
        exit 2 ;;
   esac
 done
@@ -41,7 +49,10 @@ declare -A args=(
   [cpu]="--workload cpu --workers $workers --epochs 3 --warmup 1"
   [consumer]="--workload cpu --workers $workers --persistent --epochs 3 --warmup 1 --sample-us 20 --consumer-cpu-us 400 --samples 32000"
 )
-measure=(/usr/bin/python3 bench/tree_memory.py --interval-ms 5 --max-cpu-share 0.02 --prefix outside_ --)
+interval=5
+[ "$share" = 1 ] && interval=2
+measure=(/usr/bin/python3 bench/tree_memory.py --interval-ms "$interval" --max-cpu-share "$share"
+         --prefix outside_ --)
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 echo "before: $before"

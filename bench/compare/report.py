@@ -409,9 +409,10 @@ def main():
     doc.append("# Benchmarks: stoker, PyTorch and libtorch side by side\n")
     kept_profile = None
     if a.keep_profile and os.path.exists(a.doc):
-        m = re.search(r"## Profile of the hot path\n\n(.*?)\n(?=## )", open(a.doc).read(), flags=re.S)
-        if m:
-            kept_profile = m.group(1).replace(KEPT_PROFILE_NOTE, "")
+        kept = re.search(r"## Profile of the hot path\n\n(.*?)\n(?=## )", open(a.doc).read(),
+                         flags=re.S)
+        if kept:
+            kept_profile = kept.group(1).replace(KEPT_PROFILE_NOTE, "")
     every = ("every figure on this page comes from that run" if kept_profile is None else
              "every figure on this page but the profile of the hot path (kept from an earlier "
              "run) comes from that run")
@@ -607,15 +608,20 @@ def main():
         if os.path.exists(path):
             with open(path) as f:
                 doc.append(f.read())
-    # The vision section (bench/compare/vision.sh, vision_report.py) is kept as it is.
-    vision = ""
+    # The sections other scripts write are kept as they are: vision (bench/compare/vision.sh,
+    # vision_report.py) and Python (bench/python/loaders.py, pasted between its markers).
+    kept_sections = ""
     if os.path.exists(a.doc):
         old = open(a.doc).read()
-        m = re.search(r"<!-- vision:begin.*?<!-- vision:end -->", old, flags=re.S)
-        if m:
-            vision = "\n" + m.group(0) + "\n"
+        for name in ("vision", "python"):
+            m = re.search(r"<!-- %s:begin.*?<!-- %s:end -->" % (name, name), old, flags=re.S)
+            if m:
+                # A heading on the line just above the markers goes with them.
+                h = re.search(r"\n(## [^\n]*\n\s*)$", old[:m.start()])
+                heading = h.group(1) if h else ""
+                kept_sections += "\n" + heading + m.group(0) + "\n"
     with open(a.doc, "w") as f:
-        f.write("\n".join(doc).rstrip() + "\n" + vision)
+        f.write("\n".join(doc).rstrip() + "\n" + kept_sections)
 
     if a.readme:
         readme_section(res, tgt, a.readme)
