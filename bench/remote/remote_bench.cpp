@@ -404,10 +404,10 @@ int main(int argc, char** argv) {
     std::vector<Result> results;
     auto report = [&](const Result& r) {
       // After the first batch: the rate a long epoch would see once the loader has started.
-      const double steady = r.seconds > r.first_batch
-                                ? static_cast<double>(r.samples - r.first_samples) /
-                                      (r.seconds - r.first_batch)
-                                : 0.0;
+      const double steady =
+          r.seconds > r.first_batch
+              ? static_cast<double>(r.samples - r.first_samples) / (r.seconds - r.first_batch)
+              : 0.0;
       std::printf(
           "  %-6s %4d ms  %8.1f samples/s  %8.1f after the first batch  %7.1f MB/s  "
           "first batch %6.3f s  downloaded %8.1f MiB  (%llu samples in %.2f s)\n",

@@ -66,8 +66,7 @@ TEST_CASE("HTTP and HTTPS: ranged GETs and HEAD from nginx over one reused clien
   CHECK_FALSE(HttpClient::process().thread_running_approx());
 }
 
-TEST_CASE("Each ranged fetch completes once, however soon the server answers",
-          "[remote][http]") {
+TEST_CASE("Each ranged fetch completes once, however soon the server answers", "[remote][http]") {
   // A transfer can end on the client's thread before fetch_range() has returned (small ranges
   // from a server on loopback, a reader preempted): its completion must still run once, not
   // also from fetch_range(). Found by bench/remote's one-GET-per-record client ("Promise
