@@ -3,9 +3,9 @@
 # runs ctest twice: an optimised build and an AddressSanitizer + UndefinedBehaviorSanitizer
 # build (all but the torchvision parity run, which runs once), both with warnings as errors;
 # after the optimised build's ctest, the Python package's pytest suite. The `stress`-labelled
-# soak test runs in both (a few seconds in release); --no-stress leaves it out. Then scripts/fuzz.sh runs every libFuzzer
-# target for STOKER_FUZZ_SECONDS (default 5) s where clang++ is installed (skipped with a
-# message otherwise); --no-fuzz leaves it out.
+# soak test runs in both (a few seconds in release); --no-stress leaves it out. Then
+# scripts/fuzz.sh runs every libFuzzer target for STOKER_FUZZ_SECONDS (default 5) s where
+# clang++ is installed (skipped with a message otherwise); --no-fuzz leaves it out.
 #
 #   scripts/test.sh            both builds, then the fuzz targets
 #   scripts/test.sh release    one build (release or asan)
