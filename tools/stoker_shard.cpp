@@ -225,11 +225,11 @@ Upload prepare_upload(Args& a) {
   u.staging = a.staging;
   if (u.staging.empty()) {
     const char* tmp = std::getenv("TMPDIR");
-    std::string templ = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
-                        "/stoker-shard-XXXXXX";
+    std::string templ =
+        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/stoker-shard-XXXXXX";
     if (::mkdtemp(templ.data()) == nullptr) {
-      throw stoker::Error(fmt::format("stoker-shard: cannot make a staging directory {}: {}",
-                                      templ, std::strerror(errno)));
+      throw stoker::Error(fmt::format("stoker-shard: cannot make a staging directory {}: {}", templ,
+                                      std::strerror(errno)));
     }
     u.staging = templ;
     u.own_staging = true;

@@ -272,26 +272,26 @@ Diagnosis diagnose(const LoaderStats& stats, const SystemInfo& system,
       stats.remote_wait_seconds >= thresholds.network_fraction * loading) {
     d.verdict = Verdict::kNetworkBound;
     const double share = std::min(1.0, stats.remote_wait_seconds / loading);
-    const double rate = stats.remote_download_seconds > 0
-                            ? static_cast<double>(stats.remote_bytes_fetched) /
-                                  stats.remote_download_seconds
-                            : 0;
+    const double rate =
+        stats.remote_download_seconds > 0
+            ? static_cast<double>(stats.remote_bytes_fetched) / stats.remote_download_seconds
+            : 0;
     d.summary = fmt::format(
         "network-bound: the consumer waited {} of the time, and the readers spent {} of their "
         "loading time waiting for remote shards ({} fetched{})",
         percent(wait), percent(share), detail::format_bytes(stats.remote_bytes_fetched),
-        rate > 0 ? fmt::format(", {}/s per download", detail::format_bytes(
-                                                          static_cast<std::size_t>(rate)))
+        rate > 0 ? fmt::format(", {}/s per download",
+                               detail::format_bytes(static_cast<std::size_t>(rate)))
                  : std::string());
     d.advice =
         "The workers wait for shards to arrive, not for the CPU, so more workers would not help: "
         "raise RemoteOptions::read_ahead_shards (or read_ahead_bytes) so the next shards "
         "download while one is read, and parts_in_flight so each downloads faster; check that "
         "cache_limit leaves room for the read-ahead" +
-        std::string(stats.remote_retries > 0 ? fmt::format(
-                                                   ", and why {} requests had to be retried",
-                                                   stats.remote_retries)
-                                             : std::string()) +
+        std::string(
+            stats.remote_retries > 0
+                ? fmt::format(", and why {} requests had to be retried", stats.remote_retries)
+                : std::string()) +
         ".";
     return d;
   }

@@ -54,10 +54,10 @@ enum class Call : int {
   kEventfd,
   kPidfdOpen,
   kPipe,
-  kOpen,   // open_read, open_write
-  kRead,   // read_some, pread_some, read_full, pread_full
-  kWrite,  // write_all
-  kSpawn,  // spawn_shell
+  kOpen,    // open_read, open_write
+  kRead,    // read_some, pread_some, read_full, pread_full
+  kWrite,   // write_all
+  kSpawn,   // spawn_shell
   kPwrite,  // pwrite_all: the shard cache's downloads (ENOSPC)
   kRename,  // rename_file: the cache's atomic publish
   kCount,
