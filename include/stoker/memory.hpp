@@ -42,7 +42,8 @@ struct MemoryEstimate {
   // and with persistent workers the one they were forked with, which they keep (copy-on-write)
   // after the main process frees it.
   std::size_t plan_bytes = 0;
-  // The main process now (its anonymous and shared memory, PSS), before the loader forks.
+  // The main process now: its resident anonymous memory (RssAnon), each page once, those its
+  // workers share copy-on-write included (the workers count only the pages they copy).
   std::size_t main_bytes = 0;
   std::size_t pinned_bytes = 0;  // page-locked staging (pin_memory with copies)
   std::size_t cache_bytes = 0;   // a CachedDataset's budget

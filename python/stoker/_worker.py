@@ -9,6 +9,7 @@ do, then runs worker_init_fn.
 
 import os
 import random
+import sys
 
 from . import _stoker
 
@@ -60,6 +61,19 @@ def _torch_worker_module():
         return None
 
 
+def _seed_torch(torch, seed):
+    """torch.manual_seed(seed) as a worker needs it: the CPU generator, and CUDA's where this
+    process has initialized CUDA. torch.manual_seed itself queues a CUDA seed for later when
+    CUDA is not initialized, recording the call's stack with traceback.format_stack(), which
+    reads the source files of the stack (about 2 ms of a new worker's first batch); a forked
+    worker cannot use the parent's CUDA context, and one that initializes CUDA itself seeds
+    it with torch.cuda.manual_seed_all(get_worker_info().seed)."""
+    torch.random.default_generator.manual_seed(seed)
+    cuda = sys.modules.get("torch.cuda")
+    if cuda is not None and cuda.is_initialized():
+        cuda.manual_seed_all(seed)
+
+
 def _start(worker_id, num_workers, seed, dataset, worker_init_fn):
     global _info, _info_pid
     _info = WorkerInfo(worker_id, num_workers, seed, dataset)
@@ -67,8 +81,12 @@ def _start(worker_id, num_workers, seed, dataset, worker_init_fn):
     random.seed(seed)
     try:
         import torch
-        torch.manual_seed(seed)
-        torch.set_num_threads(1)
+        _seed_torch(torch, seed)
+        # torch's workers call set_num_threads(1) unconditionally; where the count is already
+        # 1 (one physical core) that call still rebuilds torch's thread pool in the new
+        # process, about 7 ms of the first batch on the project's 2-core machine.
+        if torch.get_num_threads() != 1:
+            torch.set_num_threads(1)
     except ImportError:
         pass
     try:

@@ -26,7 +26,7 @@
 namespace stoker::detail {
 
 inline constexpr std::uint64_t kRingMagic = 0x474e49524b4f5453ULL;  // "STOKRING"
-inline constexpr std::uint32_t kRingVersion = 4;
+inline constexpr std::uint32_t kRingVersion = 5;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::size_t kPageSize = 4096;
 // A channel's queues hold at most slots_per_channel batch messages plus two stop messages
@@ -194,14 +194,16 @@ struct Channel {
   ErrorReport fatal;
   // The first-sample gate (loader/first_batch.cpp): while the memory check waits for figures,
   // a worker's first task has SlotHeader::report_memory set, and after that task's first get()
-  // the worker writes `first_sample_bytes` (the sample's bytes: one row of the batch) and
-  // `first_private_bytes` (its private memory then; 0 unknown), stores `first_reported` = 1
-  // (release; main's acquire load of it makes both visible) and waits on `first_gate` (a
-  // futex) until main stores 1 there (release) after the check passed, or stop_requested.
-  // Main clears all four (reset_channel, and before it issues such a task) while the channel's
-  // worker has no task with report_memory in flight.
+  // the worker writes `first_sample_bytes` (the sample's bytes: one row of the batch), stores
+  // `first_reported` = 1 (release; main's acquire load of it makes it visible) and waits on
+  // `first_gate` (a futex) until main stores 1 there (release) after the check passed, or
+  // stop_requested. After that task's result, it writes `first_private_bytes` (its private
+  // memory then; 0 unknown) and stores `private_reported` = 1 (release), which main checks
+  // as it arrives. Main clears the flags (reset_channel, and before it issues such a task)
+  // while the channel's worker has no task with report_memory in flight.
   std::atomic<std::uint32_t> first_reported;
   std::atomic<std::uint32_t> first_gate;
+  std::atomic<std::uint32_t> private_reported;
   std::uint64_t first_sample_bytes;
   std::uint64_t first_private_bytes;
 };

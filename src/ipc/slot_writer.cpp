@@ -39,7 +39,19 @@ std::optional<std::uint64_t> own_memory_bytes() noexcept {
   return std::nullopt;
 }
 
+// Set by the first sample of a task with report_memory; this process's only loading thread
+// reads it after that task (report_private_memory).
+bool private_memory_pending = false;
+
 }  // namespace
+
+void report_private_memory(Channel& channel, Doorbell& main_doorbell, int main_eventfd) noexcept {
+  if (!private_memory_pending) return;
+  private_memory_pending = false;
+  channel.first_private_bytes = own_memory_bytes().value_or(0);
+  channel.private_reported.store(1, std::memory_order_release);  // pairs with main's acquire
+  ring_doorbell(main_doorbell, main_eventfd);
+}
 
 SlotWriter::SlotWriter(const Ring& ring, SlotMemory& memory, std::size_t slot, Channel* channel,
                        int main_eventfd, bool skip_samples, bool time_stages)
@@ -165,7 +177,10 @@ void SlotWriter::first_sample_loaded(const Sample& sample) {
   std::size_t bytes = 0;
   for (const Field& field : sample.fields()) bytes += field.tensor.nbytes();
   channel_->first_sample_bytes = bytes;
-  channel_->first_private_bytes = own_memory_bytes().value_or(0);
+  // The worker's own memory is measured after this task (report_private_memory): reading
+  // smaps takes 20-30 ms in a process that has imported torch, which the first batch would
+  // wait for here.
+  private_memory_pending = true;
   channel_->first_reported.store(1, std::memory_order_release);  // pairs with main's acquire
   ring_doorbell(ring_.control().main_doorbell, main_eventfd_);
   // Until the check passed (first_gate, release by main: nothing else to read) or main asks

@@ -92,6 +92,12 @@ enum class LoadOutcome { kOk, kError, kCancelled };
 // the slot kOk or kError, with its start and end times (and, when `time_stages`, the time
 // inside get() and the collate) in the header. When `error` is given, a failure's exception is
 // stored there too (the main process nests it in the WorkerException). Never throws.
+// In a worker, after the task whose first sample reported for the first-sample gate (and
+// after its result was posted): measures the worker's own memory, stores it in the channel's
+// first_private_bytes, sets private_reported (release) and rings the main doorbell. Nothing
+// when no such task ran since the last call.
+void report_private_memory(Channel& channel, Doorbell& main_doorbell, int main_eventfd) noexcept;
+
 LoadOutcome load_batch(const Ring& ring, SlotMemory& memory, std::size_t s, Channel* channel,
                        int main_eventfd, const ProduceFn& produce, bool skip_samples,
                        bool time_stages, std::exception_ptr* error) noexcept;

@@ -156,6 +156,7 @@ void worker_main(const WorkerLaunch& launch, pid_t parent) noexcept {
     STOKER_ASSERT(pushed, "INV-QUEUE-2: a result queue has room for every slot of its channel");
     (void)pushed;
     ring_doorbell(ring.control().main_doorbell, launch.main_eventfd);
+    report_private_memory(channel, ring.control().main_doorbell, launch.main_eventfd);
     if (!first_task_from.empty()) {
       // Unless get() has placed the worker itself. A cpuset changed meanwhile may refuse the
       // old set: then every CPU it allows.

@@ -57,8 +57,10 @@ void LoaderCore::Impl::send_task(std::size_t c, std::size_t s, const EpochPlan& 
     Channel& channel = ring().channel(c);
     channel.first_reported.store(0, std::memory_order_relaxed);
     channel.first_gate.store(0, std::memory_order_relaxed);  // published by the task push (B)
+    channel.private_reported.store(0, std::memory_order_relaxed);
     ring().header(s).report_memory = 1;
     gated[c] = 1;
+    private_pending[c] = 1;
   }
   if (idle_since_ns[c] != 0) {  // the worker had nothing to load since then: its slots were full
     const std::uint64_t now = now_ns();

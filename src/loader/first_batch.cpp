@@ -94,10 +94,6 @@ void LoaderCore::Impl::take_first_report(std::size_t c) noexcept {
   if (channel.first_reported.load(std::memory_order_acquire) == 1) {
     first_samples.bytes = std::max(first_samples.bytes.value_or(0),
                                    static_cast<std::size_t>(channel.first_sample_bytes));
-    if (channel.first_private_bytes > 0) {
-      first_samples.base = std::max(first_samples.base.value_or(0),
-                                    static_cast<std::size_t>(channel.first_private_bytes));
-    }
     first_samples.fresh = true;
     gated[c] = 0;
   } else if (pool.channel(c).outstanding == 0 || !pool.channel(c).running()) {
@@ -128,6 +124,35 @@ void LoaderCore::Impl::check_late_first_samples() {
     if (gated[c] != 0) take_first_report(c);
   }
   check_reported_first_samples();
+  take_private_reports(true);
+}
+
+bool LoaderCore::Impl::take_private_reports(bool check) {
+  std::optional<std::size_t> base;
+  for (std::size_t c = 0; c < private_pending.size(); ++c) {
+    if (private_pending[c] == 0) continue;
+    Channel& channel = ring().channel(c);
+    // Acquire: pairs with the worker's release store after it wrote the figure.
+    if (channel.private_reported.load(std::memory_order_acquire) != 1) continue;
+    private_pending[c] = 0;
+    if (channel.first_private_bytes > 0) {
+      base = std::max(base.value_or(0), static_cast<std::size_t>(channel.first_private_bytes));
+    }
+  }
+  if (!base) return false;
+  first_samples.base = std::max(first_samples.base.value_or(0), *base);
+  if (!check) {
+    preflight.note_worker_base(*first_samples.base);
+    return true;
+  }
+  try {
+    preflight.check_worker_base(*first_samples.base);
+  } catch (...) {
+    fail_epoch();
+    throw;
+  }
+  depth.set_limit(preflight.depth_limit());
+  return true;
 }
 
 bool LoaderCore::Impl::check_reported_first_samples() {

@@ -98,6 +98,7 @@ void LoaderCore::Impl::ensure_ring() {
   idle_since_ns.assign(fresh->ring->num_channels(), 0);
   blocked_ns.assign(fresh->ring->num_channels(), 0);
   gated.assign(fresh->ring->num_channels(), 0);
+  private_pending.assign(fresh->ring->num_channels(), 0);
   shared = std::move(fresh);
 }
 
@@ -286,6 +287,7 @@ void LoaderCore::load_state(std::string_view text) {
 
 MemoryEstimate LoaderCore::memory_estimate() {
   const Call call(*this, "DataLoader::memory_estimate");
+  if (impl_->shared) impl_->take_private_reports(false);  // the workers' bases measured so far
   return impl_->preflight.estimate();
 }
 

@@ -96,6 +96,9 @@ struct LoaderCore::Impl {
   // with report_memory whose report main has not taken yet; and the figures taken so far
   // (`fresh` until the memory check has seen them).
   std::vector<std::uint8_t> gated;
+  // Per channel, non-zero from the task with report_memory until the worker's own-memory
+  // report after it (Channel::private_reported) has been taken.
+  std::vector<std::uint8_t> private_pending;
   struct FirstSamples {
     std::optional<std::size_t> bytes;  // the largest first sample
     std::optional<std::size_t> base;   // the largest worker memory after it
@@ -286,6 +289,10 @@ struct LoaderCore::Impl {
   // the depth limit it chose; false when nothing new was reported. Throws MemoryBudgetError
   // (after failing the epoch) when they do not fit.
   bool check_reported_first_samples();
+  // Takes the workers' own-memory reports that have come (each after its first task) into the
+  // worker base; with `check`, checks the budget again with it (throws as
+  // check_reported_first_samples). False when none came.
+  bool take_private_reports(bool check);
 
   // ---- fetching ----
 

@@ -105,8 +105,14 @@ MemoryEstimate estimate_memory(const EstimateInputs& in) {
   e.worker_startup_bytes = startup;
   e.inline_bytes = in.num_workers == 0 ? held + e.worker_base_bytes - startup : 0;
   e.plan_bytes = detail::plan_bytes(in);
-  const std::optional<detail::ProcessMemory> own = detail::read_process_memory(0);
-  e.main_bytes = own ? own->unreclaimable_pss_bytes : 0;
+  // Its anonymous memory each page once (a worker counts only the pages it copies), without
+  // its share of the ring, which ring_bytes counts: RssAnon, read at once, where PSS would
+  // walk every page table (10-15 ms of a new loader's first batch in a torch program).
+  if (const std::optional<std::uint64_t> anon = detail::read_own_anonymous_resident()) {
+    e.main_bytes = *anon;
+  } else if (const std::optional<detail::ProcessMemory> own = detail::read_process_memory(0)) {
+    e.main_bytes = own->unreclaimable_pss_bytes;
+  }
   e.pinned_bytes = in.pinned_bytes;
   e.cache_bytes = in.cache_bytes;
   e.download_bytes = std::max<std::size_t>(in.num_workers, 1) * in.download_bytes_per_process;

@@ -178,6 +178,21 @@ void Preflight::check_first_batch(std::optional<std::size_t> bytes,
   checked_ = true;
 }
 
+void Preflight::note_worker_base(std::size_t base) noexcept {
+  if (base > 0) measured_worker_base_ = base + base / 4;
+}
+
+void Preflight::check_worker_base(std::size_t base) {
+  note_worker_base(base);
+  if (!checked_ || probe_failed_ || !measured_sample_bytes_ || !options_.check_memory) return;
+  // The memory check alone: the base changes no pinned figure (and the pinned budget is now
+  // partly held by batches the program keeps). Within the depth chosen before.
+  checked_ = false;  // a refusal stays: the next check() runs the checks before forking
+  depth_limit_ = check_memory(*measured_sample_bytes_, depth_limit_,
+                              options_.memory_limit ? SystemInfo{} : probe_memory_limits());
+  checked_ = true;
+}
+
 void Preflight::run_checks(std::size_t bytes) {
   std::size_t depth = resolved_->adaptive_depth ? adaptive_ceiling(bytes) : resolved_->max_depth;
   if (options_.check_memory) {

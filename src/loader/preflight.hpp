@@ -37,6 +37,12 @@ class Preflight {
   // The first batch's figures: bytes per sample (empty: no part of it loaded) and the largest
   // private memory of a worker after it (empty: unknown). Then the checks, as check().
   void check_first_batch(std::optional<std::size_t> bytes, std::optional<std::size_t> worker_base);
+  // A worker's own memory measured after its first task (the largest so far): the worker base
+  // from now on (a quarter more, as check_first_batch counts it). check_worker_base then runs
+  // the memory check again with it, within the depth chosen, when the first batch's checks
+  // have run: a refusal throws, and the next check() refuses before forking.
+  void note_worker_base(std::size_t base) noexcept;
+  void check_worker_base(std::size_t base);
   // The estimate of the resolved loader (resolving it first).
   MemoryEstimate estimate();
   // The estimate for another worker count or batch size, with this loader's other options, at

@@ -84,6 +84,7 @@ void LoaderCore::Impl::respawn(std::size_t c) {
     throw;
   }
   gated[c] = 0;  // the dead worker's report, if any, went with it (spawn_on reset the words)
+  private_pending[c] = 0;
   for (const LostTask& task : lost) {
     if (EpochPlan* plan = live_plan(task.plan)) {
       send_task(c, *slots.free_slot(c), *plan, task.batch, task.part);

@@ -136,6 +136,7 @@ void WorkerPool::reset_channel(std::size_t c) noexcept {
   channel.fatal_valid.store(0, std::memory_order_relaxed);
   channel.first_reported.store(0, std::memory_order_relaxed);
   channel.first_gate.store(0, std::memory_order_relaxed);
+  channel.private_reported.store(0, std::memory_order_relaxed);
 }
 
 void WorkerPool::push_task(std::size_t c, std::size_t s) noexcept {

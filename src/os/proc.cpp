@@ -151,6 +151,12 @@ std::optional<std::uint64_t> read_own_private_anonymous() {
   return sum.total();
 }
 
+std::optional<std::uint64_t> read_own_anonymous_resident() {
+  std::string text;
+  if (!read_own_proc_file("status", text)) return std::nullopt;
+  return parse_kb_field(text, "RssAnon");
+}
+
 std::optional<ResidentPeak> read_own_resident_peak() {
   std::string text;
   if (!read_own_proc_file("status", text)) return std::nullopt;

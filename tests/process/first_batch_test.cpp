@@ -486,3 +486,75 @@ TEST_CASE("a memory_limit refusal costs at most one get() per worker", "[first_b
   }
   STOKER_REQUIRE_CLEAN(baseline);
 }
+
+TEST_CASE("a worker's own memory is measured after its first task and checked as it arrives",
+          "[first_batch][memory]") {
+  const test::ProcessState baseline = test::process_state();
+  // Each worker keeps 48 MiB of its own from its first get(): the first sample's bytes pass
+  // a 16 MiB limit, the worker's base measured after its first task does not.
+  struct Hoarding {
+    std::size_t size() const { return 256; }
+    Sample get(std::size_t i) const {
+      static std::vector<char> kept;
+      if (kept.empty()) kept.assign(std::size_t{48} << 20, 'x');
+      Sample s;
+      s.set("index", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(i) + kept[i] - 'x'));
+      return s;
+    }
+  };
+  LoaderOptions opt;
+  opt.batch_size = 4;
+  opt.num_workers = 2;
+  opt.prefetch_factor = 2;
+  opt.memory_limit = std::uint64_t{16} << 20;
+  {
+    DataLoader loader(Hoarding{}, opt);
+    std::size_t delivered = 0;
+    std::string error;
+    try {
+      for (const Batch& b : loader) {
+        for (std::size_t r = 0; r < b.size(); ++r) {  // nothing out of order before the refusal
+          REQUIRE(b["index"].data<std::int64_t>()[r] ==
+                  static_cast<std::int64_t>(4 * delivered + r));
+        }
+        ++delivered;
+      }
+    } catch (const MemoryBudgetError& e) {
+      error = e.what();
+    }
+    CAPTURE(delivered, error);
+    REQUIRE_THAT(error, Catch::Contains("not enough memory") &&
+                            Catch::Contains("LoaderOptions::memory_limit"));
+    REQUIRE(delivered < 64);                // refused within the epoch, not at its end
+    REQUIRE(loader.worker_pids().empty());  // stopped
+    // The base measured stays: the next begin() refuses before forking.
+    REQUIRE(loader.memory_estimate().worker_base_bytes >= std::size_t{48} << 20);
+    REQUIRE_THROWS_AS(loader.begin(), MemoryBudgetError);
+    REQUIRE(loader.worker_pids().empty());
+  }
+  STOKER_REQUIRE_CLEAN(baseline);
+}
+
+TEST_CASE("a worker's own memory after its first task is in memory_estimate()",
+          "[first_batch][memory]") {
+  struct Keeping {
+    std::size_t size() const { return 64; }
+    Sample get(std::size_t i) const {
+      static std::vector<char> kept;
+      if (kept.empty()) kept.assign(std::size_t{8} << 20, 'x');
+      Sample s;
+      s.set("index", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(i) + kept[i] - 'x'));
+      return s;
+    }
+  };
+  LoaderOptions opt;
+  opt.batch_size = 4;
+  opt.num_workers = 2;
+  opt.persistent_workers = true;
+  DataLoader loader(Keeping{}, opt);
+  for (const Batch& b : loader) REQUIRE(b.size() == 4);
+  const MemoryEstimate e = loader.memory_estimate();
+  CAPTURE(e.worker_base_bytes);
+  REQUIRE(e.worker_base_bytes >= std::size_t{8} << 20);
+  REQUIRE(e.worker_base_bytes < std::size_t{64} << 20);
+}

@@ -145,6 +145,30 @@ TEST_CASE("proc: this process's private anonymous memory grows with its heap, no
   CHECK(*with_heap <= *with_shared + kBytes + kBytes / 4);
 }
 
+TEST_CASE("proc: this process's resident anonymous memory counts its heap, not a shared map",
+          "[proc]") {
+  const std::optional<std::uint64_t> before = read_own_anonymous_resident();
+  REQUIRE(before.has_value());
+  constexpr std::size_t kBytes = std::size_t{8} << 20;
+  void* shared = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(shared != MAP_FAILED);
+  std::memset(shared, 1, kBytes);
+  const std::optional<std::uint64_t> with_shared = read_own_anonymous_resident();
+  void* heap = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(heap != MAP_FAILED);
+  for (std::uint64_t page = 0; page < kBytes / 4096; ++page) {
+    std::memcpy(static_cast<char*>(heap) + page * 4096, &page, sizeof page);
+  }
+  const std::optional<std::uint64_t> with_heap = read_own_anonymous_resident();
+  ::munmap(shared, kBytes);
+  ::munmap(heap, kBytes);
+  REQUIRE(with_shared.has_value());
+  REQUIRE(with_heap.has_value());
+  CHECK(*with_shared < *before + kBytes / 2);      // shared memory is RssShmem, not RssAnon
+  CHECK(*with_heap >= *with_shared + kBytes / 2);  // the private pages are in it
+  CHECK(*with_heap <= *with_shared + kBytes + kBytes / 4);
+}
+
 TEST_CASE("proc: /proc/stat's cpu line", "[proc]") {
   // user nice system idle iowait irq softirq steal guest guest_nice
   const auto t = parse_cpu_times("cpu  100 20 30 400 50 6 7 8 900 1000\ncpu0 1 2 3 4 5\n");
