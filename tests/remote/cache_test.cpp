@@ -9,6 +9,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -134,6 +136,51 @@ TEST_CASE("Bytes can be read while the rest of the shard still arrives", "[remot
   hold->wait_for(data.size());
   CHECK(hold->complete());
   CHECK(read_all(*hold) == data);
+}
+
+TEST_CASE("A shard a reader waits for gets its first part before its other parts start",
+          "[remote][cache]") {
+  TempDir scratch("cache");
+  const RemoteServers& s = RemoteServers::get();
+  const std::string data = pattern_bytes(1 << 20, 23);
+  const std::string name = put_www(unique_key("head.tar"), data);
+  // 60 ms between nginx's last byte of a part and the next request reaching it: the proxy
+  // delays each direction by half of that.
+  FaultProxy slow(s.http_port, {"--latency-ms", "60"});
+  RemoteOptions o = s.s3_options(scratch.path + "/cache");
+  o.part_size = 64 << 10;
+  o.parts_in_flight = 8;
+  auto cache = ShardCache::process(o);
+  const std::string url = fmt::format("http://127.0.0.1:{}/{}", slow.port(), name);
+  auto hold = cache->acquire(remote(url, data.size()), Need::kNow, nullptr);
+  hold->wait_for(data.size());
+  REQUIRE(hold->complete());
+  REQUIRE(read_all(*hold) == data);
+  // nginx's log (servers.sh): "<end, s> <duration, s> <uri> \"bytes=<begin>-<last>\"".
+  struct Get {
+    double start = 0;
+    double end = 0;
+  };
+  std::map<std::uint64_t, Get> gets;  // by the part's first byte
+  std::istringstream log(test::read_file(s.www + "/../nginx-access.log"));
+  for (std::string line; std::getline(log, line);) {
+    std::istringstream fields(line);
+    double end = 0;
+    double took = 0;
+    std::string uri;
+    std::string range;
+    fields >> end >> took >> uri >> range;
+    if (uri != "/" + name || range.rfind("\"bytes=", 0) != 0) continue;
+    gets[std::stoull(range.substr(7))] = Get{end - took, end};
+  }
+  REQUIRE(gets.size() == 16);
+  const Get head = gets.at(0);
+  for (const auto& [begin, get] : gets) {
+    CAPTURE(begin, get.start, head.end);
+    // Parts 0 and 1 start together; the rest only once part 0 is in (60 ms after nginx sent
+    // its last byte: 30 ms is the margin). Started at once, they would begin before it ended.
+    if (begin >= 2 * o.part_size) CHECK(get.start >= head.end + 0.030);
+  }
 }
 
 TEST_CASE("Processes that want the same shard download it once", "[remote][cache]") {

@@ -26,6 +26,9 @@ constexpr std::string_view kLock = ".stoker-lock";
 constexpr std::string_view kMeta = ".stoker-meta";
 constexpr std::string_view kMetaMagic = "stoker-cache 1\n";
 constexpr std::size_t kHeaderBytes = 4096;
+// Parts in flight for a shard a reader waits for until its first part is in (pump): two keep
+// the link busy across one part's end while the head gets half of it.
+constexpr std::size_t kHeadParts = 2;
 constexpr int kFollowPollMs = 100;  // a follower checks its downloader is alive this often
 
 std::uint64_t now_ns() {
@@ -666,7 +669,14 @@ void ShardCache::pump() {
   {
     std::lock_guard lock(mutex_);
     for (const auto& d : downloads_) {
-      while (parts_running_ < options_.parts_in_flight && !d->failed &&
+      // A shard a reader waits for now gets its head first: until its first part is in, it
+      // has at most kHeadParts parts in flight and nothing else starts, so the first samples
+      // arrive at a share of the link, not after the whole shard (all parts at once share it
+      // equally and end together).
+      const bool head = d->need == Need::kNow && !d->failed && d->parts.size() > 1 &&
+                        d->parts[0].state != Download::Part::kDone;
+      const std::size_t cap = head ? kHeadParts : options_.parts_in_flight;
+      while (parts_running_ < options_.parts_in_flight && d->running < cap && !d->failed &&
              d->next_part < d->parts.size()) {
         d->parts[d->next_part].state = Download::Part::kRunning;
         starts.push_back({d, d->next_part});
@@ -674,7 +684,7 @@ void ShardCache::pump() {
         ++d->running;
         ++parts_running_;
       }
-      if (parts_running_ >= options_.parts_in_flight) break;
+      if (head || parts_running_ >= options_.parts_in_flight) break;
     }
   }
   // Outside the lock: fetch_range() takes the client's lock, whose sinks take none of ours.
