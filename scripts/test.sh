@@ -13,8 +13,18 @@
 #   scripts/test.sh --no-fuzz    without the fuzz targets
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each step's wall time, printed as it ends and summed up at the end (CI's time budget).
+started=$SECONDS
+step_start=$SECONDS
+step_times=()
+step_done() {
+  step_times+=("$1 $((SECONDS - step_start)) s")
+  echo "=== stoker: $1 took $((SECONDS - step_start)) s"
+  step_start=$SECONDS
+}
 source scripts/deps.sh
 stoker_install_deps
+step_done "dependencies"
 
 presets=()
 label_args=()
@@ -34,6 +44,7 @@ for preset in "${presets[@]}"; do
   echo "=== stoker: $preset build"
   cmake --preset "$preset" >/dev/null
   cmake --build --preset "$preset"
+  step_done "$preset build"
   preset_args=("${label_args[@]}")
   if [ "$preset" = asan ]; then
     # The torchvision parity run (label `parity`, two minutes under ASan) compares pixels: it
@@ -41,11 +52,13 @@ for preset in "${presets[@]}"; do
     if [ ${#label_args[@]} -gt 0 ]; then preset_args=(-LE 'stress|parity'); else preset_args=(-LE parity); fi
   fi
   ctest --preset "$preset" "${preset_args[@]}"
+  step_done "$preset ctest"
   if [ "$preset" = release ]; then
     if [ -d build/release/python/stoker ]; then
       echo "=== stoker: Python package tests (python/tests, pytest)"
       STOKER_PYTHON_PATH=build/release/python /usr/bin/python3 -m pytest -v -rs \
         -p no:cacheprovider python/tests
+      step_done "pytest"
     else
       echo "=== stoker: Python package tests skipped: the package was not built" \
         "(STOKER_BUILD_PYTHON is OFF; it needs python3-dev and pybind11-dev)"
@@ -54,5 +67,7 @@ for preset in "${presets[@]}"; do
 done
 if [ $fuzz -eq 1 ]; then
   scripts/fuzz.sh --seconds "${STOKER_FUZZ_SECONDS:-5}"
+  step_done "fuzzing"
 fi
+echo "=== stoker: steps: $(IFS=';'; echo "${step_times[*]}"); $((SECONDS - started)) s in all"
 echo "=== stoker: all tests passed (${presets[*]})"
