@@ -492,23 +492,14 @@ TEST_CASE("a worker's own memory is measured after its first task and checked as
   const test::ProcessState baseline = test::process_state();
   // Each worker keeps 48 MiB of its own from its first get(): the first sample's bytes pass
   // a 16 MiB limit, the worker's base measured after its first task does not.
-  struct Hoarding {
-    std::size_t size() const { return 256; }
-    Sample get(std::size_t i) const {
-      static std::vector<char> kept;
-      if (kept.empty()) kept.assign(std::size_t{48} << 20, 'x');
-      Sample s;
-      s.set("index", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(i) + kept[i] - 'x'));
-      return s;
-    }
-  };
+  const test::KeepsOwnMemory<48> hoarding{256};
   LoaderOptions opt;
   opt.batch_size = 4;
   opt.num_workers = 2;
   opt.prefetch_factor = 2;
   opt.memory_limit = std::uint64_t{16} << 20;
   {
-    DataLoader loader(Hoarding{}, opt);
+    DataLoader loader(hoarding, opt);
     std::size_t delivered = 0;
     std::string error;
     try {
@@ -537,21 +528,11 @@ TEST_CASE("a worker's own memory is measured after its first task and checked as
 
 TEST_CASE("a worker's own memory after its first task is in memory_estimate()",
           "[first_batch][memory]") {
-  struct Keeping {
-    std::size_t size() const { return 64; }
-    Sample get(std::size_t i) const {
-      static std::vector<char> kept;
-      if (kept.empty()) kept.assign(std::size_t{8} << 20, 'x');
-      Sample s;
-      s.set("index", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(i) + kept[i] - 'x'));
-      return s;
-    }
-  };
   LoaderOptions opt;
   opt.batch_size = 4;
   opt.num_workers = 2;
   opt.persistent_workers = true;
-  DataLoader loader(Keeping{}, opt);
+  DataLoader loader(test::KeepsOwnMemory<8>{64}, opt);
   for (const Batch& b : loader) REQUIRE(b.size() == 4);
   const MemoryEstimate e = loader.memory_estimate();
   CAPTURE(e.worker_base_bytes);

@@ -361,18 +361,8 @@ TEST_CASE("when nothing fits, the message shows the fraction given and reads as 
 
 namespace {
 
-// get() keeps a 6 MiB buffer per process, filled on first use: memory a worker adds besides
-// its samples, which the probe process must see.
-struct HeavyWorker {
-  std::size_t size() const { return 32; }
-  Sample get(std::size_t i) const {
-    static std::vector<char> scratch;
-    if (scratch.empty()) scratch.assign(std::size_t{6} << 20, 'x');
-    Sample s;
-    s.set("index", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(i) + scratch[i]));
-    return s;
-  }
-};
+// 6 MiB a process besides its samples, which the probe process must see.
+using HeavyWorker = test::KeepsOwnMemory<6>;
 
 }  // namespace
 
@@ -381,7 +371,7 @@ TEST_CASE("the per-worker base is measured in the probe process", "[memory]") {
   opt.batch_size = 4;
   opt.num_workers = 2;
   SECTION("a worker that keeps 6 MiB of its own counts it") {
-    DataLoader loader(HeavyWorker{}, opt);
+    DataLoader loader(HeavyWorker{32}, opt);
     const MemoryEstimate e = loader.memory_estimate();
     CAPTURE(e.worker_base_bytes);
     REQUIRE(e.worker_base_bytes >= std::size_t{6} << 20);
@@ -398,7 +388,7 @@ TEST_CASE("the per-worker base is measured in the probe process", "[memory]") {
   }
   SECTION("without a probe (sample_bytes given) the base is the 1 MiB default") {
     opt.sample_bytes = 64;
-    DataLoader loader(HeavyWorker{}, opt);
+    DataLoader loader(HeavyWorker{32}, opt);
     REQUIRE(loader.memory_estimate().worker_base_bytes == std::size_t{1} << 20);
   }
 }

@@ -57,6 +57,23 @@ struct IndexDataset {
   }
 };
 
+// Sample i: "index" = i. get() keeps kMiB MiB of the loading process's own memory, written
+// at its first call (one buffer per process and kMiB): memory a worker holds besides its
+// samples, for the tests of the worker base the memory check measures.
+template <std::size_t kMiB>
+struct KeepsOwnMemory {
+  std::size_t n = 64;
+
+  std::size_t size() const { return n; }
+  Sample get(std::size_t i) const {
+    static std::vector<char> kept;
+    if (kept.empty()) kept.assign(kMiB << 20, 'x');
+    Sample s;
+    s.set("index", Tensor::scalar<std::int64_t>(static_cast<std::int64_t>(i) + kept[i] - 'x'));
+    return s;
+  }
+};
+
 // True when running inside a DataLoader worker process.
 inline bool in_worker() { return worker_info() != nullptr; }
 

@@ -115,19 +115,24 @@ TEST_CASE("proc: private anonymous memory leaves out shared mappings' dirty page
   CHECK(parse_private_anonymous(" leading blank\n") == std::nullopt);
 }
 
-TEST_CASE("proc: this process's private anonymous memory grows with its heap, not a shared map",
-          "[proc]") {
+TEST_CASE(
+    "proc: this process's private and resident anonymous memory grow with its heap, not a "
+    "shared map",
+    "[proc]") {
   // Fresh mappings on both sides, not the allocator: a std::vector may reuse heap pages that
   // were dirty (and counted) before. The bounds are half the size either way, so pages the
   // kernel drops from the count under memory pressure do not decide the result; what is tested
   // is which side of the line each mapping's pages fall on.
   const std::optional<std::uint64_t> before = read_own_private_anonymous();
+  const std::optional<std::uint64_t> anon_before = read_own_anonymous_resident();  // RssAnon
   REQUIRE(before.has_value());
+  REQUIRE(anon_before.has_value());
   constexpr std::size_t kBytes = std::size_t{8} << 20;
   void* shared = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   REQUIRE(shared != MAP_FAILED);
   std::memset(shared, 1, kBytes);
   const std::optional<std::uint64_t> with_shared = read_own_private_anonymous();
+  const std::optional<std::uint64_t> anon_with_shared = read_own_anonymous_resident();
   void* heap = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   REQUIRE(heap != MAP_FAILED);
   // Each page different: where same-page merging (KSM) runs, identical pages become shared.
@@ -136,6 +141,7 @@ TEST_CASE("proc: this process's private anonymous memory grows with its heap, no
     std::memcpy(static_cast<char*>(heap) + page * 4096, &page, sizeof page);
   }
   const std::optional<std::uint64_t> with_heap = read_own_private_anonymous();
+  const std::optional<std::uint64_t> anon_with_heap = read_own_anonymous_resident();
   ::munmap(shared, kBytes);
   ::munmap(heap, kBytes);
   REQUIRE(with_shared.has_value());
@@ -143,30 +149,12 @@ TEST_CASE("proc: this process's private anonymous memory grows with its heap, no
   CHECK(*with_shared < *before + kBytes / 2);      // the shared pages are not in it
   CHECK(*with_heap >= *with_shared + kBytes / 2);  // the private ones are
   CHECK(*with_heap <= *with_shared + kBytes + kBytes / 4);
-}
-
-TEST_CASE("proc: this process's resident anonymous memory counts its heap, not a shared map",
-          "[proc]") {
-  const std::optional<std::uint64_t> before = read_own_anonymous_resident();
-  REQUIRE(before.has_value());
-  constexpr std::size_t kBytes = std::size_t{8} << 20;
-  void* shared = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  REQUIRE(shared != MAP_FAILED);
-  std::memset(shared, 1, kBytes);
-  const std::optional<std::uint64_t> with_shared = read_own_anonymous_resident();
-  void* heap = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  REQUIRE(heap != MAP_FAILED);
-  for (std::uint64_t page = 0; page < kBytes / 4096; ++page) {
-    std::memcpy(static_cast<char*>(heap) + page * 4096, &page, sizeof page);
-  }
-  const std::optional<std::uint64_t> with_heap = read_own_anonymous_resident();
-  ::munmap(shared, kBytes);
-  ::munmap(heap, kBytes);
-  REQUIRE(with_shared.has_value());
-  REQUIRE(with_heap.has_value());
-  CHECK(*with_shared < *before + kBytes / 2);      // shared memory is RssShmem, not RssAnon
-  CHECK(*with_heap >= *with_shared + kBytes / 2);  // the private pages are in it
-  CHECK(*with_heap <= *with_shared + kBytes + kBytes / 4);
+  // RssAnon likewise: shared memory is RssShmem, the private pages are in it.
+  REQUIRE(anon_with_shared.has_value());
+  REQUIRE(anon_with_heap.has_value());
+  CHECK(*anon_with_shared < *anon_before + kBytes / 2);
+  CHECK(*anon_with_heap >= *anon_with_shared + kBytes / 2);
+  CHECK(*anon_with_heap <= *anon_with_shared + kBytes + kBytes / 4);
 }
 
 TEST_CASE("proc: /proc/stat's cpu line", "[proc]") {
