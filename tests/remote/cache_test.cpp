@@ -10,7 +10,6 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -156,25 +155,12 @@ TEST_CASE("A shard a reader waits for gets its first part before its other parts
   hold->wait_for(data.size());
   REQUIRE(hold->complete());
   REQUIRE(read_all(*hold) == data);
-  // nginx's log (servers.sh): "<end, s> <duration, s> <uri> \"bytes=<begin>-<last>\"".
-  struct Get {
-    double start = 0;
-    double end = 0;
-  };
-  std::map<std::uint64_t, Get> gets;  // by the part's first byte
-  std::istringstream log(test::read_file(s.www + "/../nginx-access.log"));
-  for (std::string line; std::getline(log, line);) {
-    std::istringstream fields(line);
-    double end = 0;
-    double took = 0;
-    std::string uri;
-    std::string range;
-    fields >> end >> took >> uri >> range;
-    if (uri != "/" + name || range.rfind("\"bytes=", 0) != 0) continue;
-    gets[std::stoull(range.substr(7))] = Get{end - took, end};
+  std::map<std::uint64_t, ServedRequest> gets;  // by the part's first byte
+  for (ServedRequest& r : served_requests("/" + name)) {
+    if (r.range_begin) gets[*r.range_begin] = std::move(r);
   }
   REQUIRE(gets.size() == 16);
-  const Get head = gets.at(0);
+  const ServedRequest head = gets.at(0);
   for (const auto& [begin, get] : gets) {
     CAPTURE(begin, get.start, head.end);
     // Parts 0 and 1 start together; the rest only once part 0 is in (60 ms after nginx sent

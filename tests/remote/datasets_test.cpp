@@ -76,6 +76,27 @@ std::vector<std::string> upload_all(const std::vector<std::string>& local,
   return urls;
 }
 
+// Puts the shards `local` and their .idx files into nginx's root under `dir`; returns `dir`.
+std::string put_www_shards(const std::vector<std::string>& local, const std::string& dir) {
+  for (const std::string& p : local) {
+    const std::string name = dir + "/" + fs::path(p).filename().string();
+    put_www(name, read_file(p));
+    put_www(name + ".idx", read_file(p + ".idx"));
+  }
+  return dir;
+}
+
+// Their URLs through the server (or a proxy) on `port`.
+std::vector<std::string> www_urls(const std::vector<std::string>& local, const std::string& dir,
+                                  int port) {
+  std::vector<std::string> urls;
+  for (const std::string& p : local) {
+    urls.push_back(
+        fmt::format("http://127.0.0.1:{}/{}/{}", port, dir, fs::path(p).filename().string()));
+  }
+  return urls;
+}
+
 std::int64_t index_of(const Sample& s) { return s["index"].data<std::int64_t>()[0]; }
 
 std::string bytes_of(const Tensor& t) {
@@ -144,18 +165,9 @@ TEST_CASE("A remote tar stream yields what the local stream yields, reading ahea
   TempDir scratch("wds");
   const RemoteServers& s = RemoteServers::get();
   const auto local = write_tar_shards(scratch.path, 4, 25, 20000);
-  std::vector<std::string> urls;
-  const std::string dir = unique_key("stream");
-  for (const std::string& p : local) {
-    const std::string name = dir + "/" + fs::path(p).filename().string();
-    put_www(name, read_file(p));
-    put_www(name + ".idx", read_file(p + ".idx"));
-  }
+  const std::string dir = put_www_shards(local, unique_key("stream"));
   FaultProxy slow(s.http_port, {"--latency-ms", "20"});
-  for (const std::string& p : local) {
-    urls.push_back(fmt::format("http://127.0.0.1:{}/{}/{}", slow.port(), dir,
-                               fs::path(p).filename().string()));
-  }
+  const std::vector<std::string> urls = www_urls(local, dir, slow.port());
   ShardOptions options;
   options.remote = s.s3_options(scratch.path + "/cache");
   options.remote.part_size = 256 << 10;
@@ -176,6 +188,41 @@ TEST_CASE("A remote tar stream yields what the local stream yields, reading ahea
   // The next epoch reads the cache: nothing more comes over the network.
   CHECK(drain(remote, 4) == drain(mine, 4));
   CHECK(remote.remote_stats().bytes_fetched == st.bytes_fetched);
+}
+
+TEST_CASE("The index files of remote shards are fetched side by side, not one after another",
+          "[remote][datasets]") {
+  TempDir scratch("wds");
+  const RemoteServers& s = RemoteServers::get();
+  const auto local = write_tar_shards(scratch.path, 4, 5, 100);
+  const std::string dir = put_www_shards(local, unique_key("side"));
+  // 100 ms between nginx sending a response and the client's next request reaching it.
+  FaultProxy slow(s.http_port, {"--latency-ms", "100"});
+  ShardOptions options;
+  options.remote = s.s3_options(scratch.path + "/cache");
+  WebDatasetShards remote(www_urls(local, dir, slow.port()), options);
+  REQUIRE(remote.size() == 20);
+  CHECK(remote.remote_stats().cache_misses == 4);  // the four index files, nothing else
+  std::vector<ServedRequest> gets;
+  for (const std::string& p : local) {
+    for (ServedRequest& r :
+         served_requests("/" + dir + "/" + fs::path(p).filename().string() + ".idx")) {
+      if (r.range_begin) gets.push_back(std::move(r));
+    }
+  }
+  REQUIRE(gets.size() == 4);
+  double first_end = gets[0].end;
+  for (const ServedRequest& r : gets) first_end = std::min(first_end, r.end);
+  for (const ServedRequest& r : gets) {
+    CAPTURE(r.uri, r.start, first_end);
+    // Every GET reached nginx before the first one's answer could have come back through the
+    // proxy and a next request gone out (100 ms): fetched one after another, the second would
+    // start at least 100 ms after the first ended (200 with its HEAD).
+    CHECK(r.start < first_end + 0.050);
+  }
+  for (std::size_t i = 0; i < remote.size(); ++i) {
+    CHECK(index_of(remote.get(i)) == static_cast<std::int64_t>(i));
+  }
 }
 
 TEST_CASE("A 2-worker loader over remote shards downloads each once and loses no sample to resets",

@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cstdint>
 #include <future>
+#include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -51,6 +53,33 @@ inline std::string put_www(const std::string& name, const std::string& bytes) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   write_file(path, bytes);
   return name;
+}
+
+// A request nginx served, from its access log (servers.sh writes "<end> <duration> <uri>
+// \"<Range header>\"", times in seconds by the server's clock).
+struct ServedRequest {
+  double start = 0;
+  double end = 0;
+  std::string uri;
+  std::optional<std::uint64_t> range_begin;  // the first byte asked for, with a Range header
+};
+
+// The requests nginx has served so far whose path is `uri`.
+inline std::vector<ServedRequest> served_requests(const std::string& uri) {
+  std::vector<ServedRequest> out;
+  std::istringstream log(read_file(RemoteServers::get().www + "/../nginx-access.log"));
+  for (std::string line; std::getline(log, line);) {
+    std::istringstream fields(line);
+    ServedRequest r;
+    double took = 0;
+    std::string range;
+    fields >> r.end >> took >> r.uri >> range;
+    if (!fields || r.uri != uri) continue;
+    r.start = r.end - took;
+    if (range.rfind("\"bytes=", 0) == 0) r.range_begin = std::stoull(range.substr(7));
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 struct Fetched {

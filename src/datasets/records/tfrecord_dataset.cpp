@@ -420,7 +420,8 @@ std::shared_ptr<const ShardFormat> make_map_format(const std::vector<std::string
     throw std::invalid_argument(
         "TFRecordDataset: no files given; pass one or more .tfrecord files");
   }
-  const ShardAccess access(RemoteSource::for_names(files, options.remote), options, files);
+  ShardAccess access(RemoteSource::for_names(files, options.remote), options, files);
+  access.prefetch_indexes(files, kIndexSuffix);
   std::vector<TfShard> shards;
   shards.reserve(files.size());
   for (const std::string& name : files) {
@@ -455,7 +456,12 @@ ShardedStream TFRecordDataset::stream(std::vector<std::string> files, StreamOpti
         "StreamOptions::sample_counts: {} counts for {} files; give one per file, or none",
         counts.size(), files.size()));
   }
-  const ShardAccess access(RemoteSource::for_names(files, options.remote), options, files);
+  ShardAccess access(RemoteSource::for_names(files, options.remote), options, files);
+  std::vector<std::string> indexed;  // pipes are counted by running them, not indexed
+  for (const std::string& name : files) {
+    if (!is_pipe_shard(name)) indexed.push_back(name);
+  }
+  access.prefetch_indexes(indexed, kIndexSuffix);
   std::vector<TfShard> shards;
   shards.reserve(files.size());
   for (std::size_t i = 0; i < files.size(); ++i) {

@@ -123,11 +123,16 @@ std::shared_ptr<CacheHold> RemoteSource::acquire_complete(const std::string& url
   return hold;
 }
 
-std::optional<std::string> RemoteSource::read_small(const std::string& url,
-                                                    std::uint64_t max_bytes) const {
+std::optional<std::string> RemoteSource::read_small(const std::string& url, std::uint64_t max_bytes,
+                                                    std::shared_ptr<CacheHold> started) const {
   std::shared_ptr<CacheHold> hold;
   try {
-    hold = acquire_complete(url);
+    if (started != nullptr) {
+      hold = std::move(started);
+      hold->wait_for(hold->size());
+    } else {
+      hold = acquire_complete(url);
+    }
   } catch (const RemoteError& e) {
     if (e.status() == 404 && e.details().server_code != "NoSuchBucket") return std::nullopt;
     throw;

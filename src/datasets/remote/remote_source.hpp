@@ -55,8 +55,10 @@ class RemoteSource {
   std::shared_ptr<CacheHold> acquire_complete(const std::string& url) const;
   // A small file read whole through the cache (index.json, index files); nullopt when the
   // server has none (404). Throws RemoteError for other failures, stoker::Error when it is
-  // larger than `max_bytes`.
-  std::optional<std::string> read_small(const std::string& url, std::uint64_t max_bytes) const;
+  // larger than `max_bytes`. `started`: a hold acquire() gave for `url` before (its download
+  // may still be running), read once complete instead of acquiring the file again.
+  std::optional<std::string> read_small(const std::string& url, std::uint64_t max_bytes,
+                                        std::shared_ptr<CacheHold> started = nullptr) const;
   // Where the cache keeps (or would keep) the file; an index built for it goes beside it.
   std::string entry_path(const std::string& url) const;
 

@@ -1,8 +1,11 @@
 #include "datasets/remote/shard_access.hpp"
 
+#include <sys/stat.h>
+
 #include <cstring>
 
 #include "os/net/url.hpp"
+#include "os/posix.hpp"
 
 namespace stoker::detail {
 namespace {
@@ -18,6 +21,23 @@ ShardAccess::ShardAccess(std::shared_ptr<RemoteSource> remote, const ShardOption
                          const std::vector<std::string>& names)
     : remote_(std::move(remote)), index_dir_(options.index_dir), write_index_(options.write_index) {
   if (remote_ != nullptr) remote_->stat_all(names);
+}
+
+void ShardAccess::prefetch_indexes(const std::vector<std::string>& names, std::string_view suffix) {
+  if (remote_ == nullptr) return;
+  std::vector<std::string> urls;
+  for (const std::string& name : names) {
+    struct ::stat st {};
+    if (!net::is_remote(name) || posix::stat_path(local_index_path(name, suffix).c_str(), st)) {
+      continue;  // a local shard, or its index is in the cache already
+    }
+    urls.push_back(net::append_to_name(name, std::string(suffix) + ".idx"));
+  }
+  if (urls.size() < 2) return;                                 // nothing to overlap
+  const std::vector<bool> exists = remote_->exists_all(urls);  // learns their sizes
+  for (std::size_t i = 0; i < urls.size(); ++i) {
+    prefetched_[urls[i]] = exists[i] ? remote_->acquire(urls[i], Need::kNow) : nullptr;
+  }
 }
 
 ShardStat ShardAccess::stat(const std::string& name, std::string_view who) const {
@@ -42,8 +62,16 @@ std::optional<std::vector<std::byte>> ShardAccess::load_index(const std::string&
     return local;
   }
   if (!net::is_remote(name)) return std::nullopt;
-  const auto text =
-      remote_->read_small(net::append_to_name(name, std::string(suffix) + ".idx"), kMaxIndexBytes);
+  const std::string url = net::append_to_name(name, std::string(suffix) + ".idx");
+  std::optional<std::string> text;
+  if (auto it = prefetched_.find(url); it != prefetched_.end()) {
+    const std::shared_ptr<CacheHold> started = std::move(it->second);
+    prefetched_.erase(it);
+    if (started == nullptr) return std::nullopt;  // the server has none (its HEAD said 404)
+    text = remote_->read_small(url, kMaxIndexBytes, started);
+  } else {
+    text = remote_->read_small(url, kMaxIndexBytes);
+  }
   if (!text || text->size() < kFrameMtimeAt + 8) return std::nullopt;
   const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(text->data()),
                                          text->size());

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -32,6 +33,12 @@ class ShardAccess {
   // A local file's stat_shard(); a remote one's size (its mtime is 0: the size, and the index's
   // own check, vouch for it). Throws as stat_shard, or RemoteError.
   ShardStat stat(const std::string& name, std::string_view who) const;
+  // Main process: starts fetching the index files on the server ("<url><suffix>.idx") of the
+  // remote `names` that have no index in the cache, all at once, for load_index() to take:
+  // one round of HEADs and one of GETs for every shard, where load_index() alone takes two
+  // round trips a shard, one shard after another. Throws RemoteError as a HEAD fails (a 404
+  // means the server has no such index).
+  void prefetch_indexes(const std::vector<std::string>& names, std::string_view suffix);
   // The payload of a valid index for `name` + `suffix` (index_path(name + suffix) locally).
   std::optional<std::vector<std::byte>> load_index(const std::string& name, std::string_view suffix,
                                                    std::string_view magic, std::uint32_t version,
@@ -50,6 +57,9 @@ class ShardAccess {
   std::shared_ptr<RemoteSource> remote_;
   std::string index_dir_;
   bool write_index_ = true;
+  // prefetch_indexes(): by index URL, the download started, or nullptr where the server has
+  // none; load_index() takes each out.
+  mutable std::map<std::string, std::shared_ptr<CacheHold>> prefetched_;
 };
 
 }  // namespace stoker::detail

@@ -226,7 +226,8 @@ std::shared_ptr<const ShardFormat> make_map_format(const std::vector<std::string
   if (shards.empty()) {
     throw std::invalid_argument("WebDatasetShards: no shards given; pass one or more .tar files");
   }
-  const ShardAccess access(RemoteSource::for_names(shards, options.remote), options, shards);
+  ShardAccess access(RemoteSource::for_names(shards, options.remote), options, shards);
+  access.prefetch_indexes(shards, "");
   std::vector<WdsShard> out;
   out.reserve(shards.size());
   for (const std::string& name : shards) {
@@ -260,7 +261,14 @@ ShardedStream WebDatasetShards::stream(std::vector<std::string> shards,
         "StreamOptions::sample_counts: {} counts for {} shards; give one per shard, or none",
         counts.size(), shards.size()));
   }
-  const ShardAccess access(RemoteSource::for_names(shards, options.remote), options, shards);
+  ShardAccess access(RemoteSource::for_names(shards, options.remote), options, shards);
+  std::vector<std::string> indexed;  // the shards whose index is loaded below
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    if (!is_pipe_shard(shards[i]) && (counts.empty() || !is_compressed_shard(shards[i]))) {
+      indexed.push_back(shards[i]);
+    }
+  }
+  access.prefetch_indexes(indexed, "");
   std::vector<WdsShard> out;
   out.reserve(shards.size());
   for (std::size_t i = 0; i < shards.size(); ++i) {
