@@ -58,7 +58,8 @@ constexpr const char* kUsage =
     "  --latencies LIST   round trips in ms (default 0,20,100)\n"
     "  --record-samples N samples the one-GET-per-record client reads (default 512)\n"
     "  --clients LIST     of local,s3,http,record,shard (default all)\n"
-    "  --scratch DIR      the cache directory (default /tmp/stoker-remote-bench)\n";
+    "  --scratch DIR      the cache directory (default /tmp/stoker-remote-bench)\n"
+    "  --trace DIR        each proxy's request timeline (fault_proxy --trace) into DIR\n";
 
 [[noreturn]] void usage_error(const std::string& what) {
   std::fprintf(stderr, "remote_bench: %s\n%s", what.c_str(), kUsage);
@@ -95,7 +96,7 @@ std::map<std::string, std::string> read_env(const std::string& path) {
 // tests/remote/fault_proxy in front of a server, with a round-trip latency; ends with this.
 class Proxy {
  public:
-  Proxy(const std::string& program, int upstream, int latency_ms) {
+  Proxy(const std::string& program, int upstream, int latency_ms, const std::string& trace) {
     int in[2];
     int out[2];
     if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) std::exit(1);
@@ -105,8 +106,13 @@ class Proxy {
       ::dup2(out[1], STDOUT_FILENO);
       const std::string up = fmt::format("127.0.0.1:{}", upstream);
       const std::string latency = std::to_string(latency_ms);
-      ::execl(program.c_str(), program.c_str(), "--upstream", up.c_str(), "--latency-ms",
-              latency.c_str(), static_cast<char*>(nullptr));
+      if (trace.empty()) {
+        ::execl(program.c_str(), program.c_str(), "--upstream", up.c_str(), "--latency-ms",
+                latency.c_str(), static_cast<char*>(nullptr));
+      } else {
+        ::execl(program.c_str(), program.c_str(), "--upstream", up.c_str(), "--latency-ms",
+                latency.c_str(), "--trace", trace.c_str(), static_cast<char*>(nullptr));
+      }
       ::_exit(127);
     }
     ::close(in[0]);
@@ -118,6 +124,7 @@ class Proxy {
       std::exit(1);
     }
     out_ = f;
+    started_ = Clock::now();
   }
   ~Proxy() {
     ::close(stdin_);
@@ -125,12 +132,17 @@ class Proxy {
     std::fclose(out_);
   }
   int port() const { return port_; }
+  // Milliseconds since the proxy started (about its --trace file's clock).
+  double ms() const {
+    return std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
+  }
 
  private:
   pid_t pid_ = 0;
   int stdin_ = -1;
   int port_ = 0;
   FILE* out_ = nullptr;
+  Clock::time_point started_;
 };
 
 struct Result {
@@ -325,6 +337,7 @@ int main(int argc, char** argv) {
   std::uint64_t record_samples = 512;
   std::vector<std::string> clients = {"local", "s3", "http", "record", "shard"};
   std::string scratch = "/tmp/stoker-remote-bench";
+  std::string trace_dir;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     auto value = [&]() -> std::string {
@@ -350,6 +363,8 @@ int main(int argc, char** argv) {
       clients = split(value(), ',');
     } else if (flag == "--scratch") {
       scratch = value();
+    } else if (flag == "--trace") {
+      trace_dir = value();
     } else {
       usage_error("unknown option " + flag);
     }
@@ -448,8 +463,12 @@ int main(int argc, char** argv) {
 
     if (wanted("local")) run_local();
     for (const int latency : latencies) {
-      Proxy s3(proxy, s3_port, latency);
-      Proxy http(proxy, http_port, latency);
+      auto trace = [&](const char* server) {
+        return trace_dir.empty() ? std::string()
+                                 : fmt::format("{}/{}-{}ms.log", trace_dir, server, latency);
+      };
+      Proxy s3(proxy, s3_port, latency, trace("s3"));
+      Proxy http(proxy, http_port, latency, trace("http"));
       stoker::RemoteOptions s3o = base;
       s3o.endpoint = fmt::format("http://127.0.0.1:{}", s3.port());
       std::vector<std::string> s3_urls;
@@ -459,7 +478,9 @@ int main(int argc, char** argv) {
         s3_urls.push_back(fmt::format("s3://{}/bench/{}", bucket, leaf));
         http_urls.push_back(fmt::format("http://127.0.0.1:{}/bench/{}", http.port(), leaf));
       }
+      if (!trace_dir.empty()) std::fprintf(stderr, "trace: s3 proxy at %.1f ms\n", s3.ms());
       if (wanted("s3")) run_stoker("s3", s3_urls, s3o, latency);
+      if (!trace_dir.empty()) std::fprintf(stderr, "trace: http proxy at %.1f ms\n", http.ms());
       if (wanted("http")) run_stoker("http", http_urls, base, latency);
       if (wanted("local")) run_local();  // interleaved: the machine's state now
       if (wanted("record")) {

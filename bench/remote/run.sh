@@ -7,6 +7,8 @@
 # record; whole-shard downloads), and stops the servers.
 #
 #   bench/remote/run.sh [--images N] [--workers W] [--latencies 0,20,100] [--build DIR]
+#                       [--clients local,s3,http,record,shard] [--trace DIR]
+# --trace DIR keeps each proxy's request timeline (fault_proxy --trace) in DIR.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 images=2600
@@ -21,7 +23,9 @@ while [ $# -gt 0 ]; do
     --latencies) latencies=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --clients) extra+=(--clients "$2"); shift 2 ;;
-    *) echo "usage: bench/remote/run.sh [--images N] [--workers W] [--latencies L] [--build DIR]" >&2
+    --trace) mkdir -p "$2"; extra+=(--trace "$2"); shift 2 ;;
+    *) echo "usage: bench/remote/run.sh [--images N] [--workers W] [--latencies L]" \
+         "[--build DIR] [--clients C] [--trace DIR]" >&2
        exit 2 ;;
   esac
 done

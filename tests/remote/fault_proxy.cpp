@@ -10,12 +10,16 @@
 //             the connection closed
 // It prints "port <n>" when listening, then "fault <connection>" each time it injects one, and
 // exits when its standard input closes (the test that started it ended) or on SIGTERM.
+// --trace FILE writes one line per request and per response (its start and its body's end, as
+// the bytes reach the proxy: ms since the proxy started, the connection, the request line and
+// Range, the status and length), for bench/remote's timelines.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -47,7 +51,42 @@ struct Options {
   std::string method;  // "GET": only connections whose first request is a GET
   int status = 503;
   std::string code = "SlowDown";
+  std::string trace;
 };
+
+FILE* g_trace = nullptr;
+const Clock::time_point g_started = Clock::now();
+
+double ms_since_start() {
+  return std::chrono::duration<double, std::milli>(Clock::now() - g_started).count();
+}
+
+// The value of a header in an HTTP head, or "".
+std::string header_value(const std::string& head, const char* name) {
+  const std::size_t end = head.find("\r\n\r\n");
+  std::size_t at = 0;
+  while ((at = head.find("\r\n", at)) != std::string::npos && at < end) {
+    at += 2;
+    const std::size_t colon = head.find(':', at);
+    if (colon == std::string::npos) break;
+    if (::strncasecmp(head.c_str() + at, name, std::strlen(name)) == 0 &&
+        colon - at == std::strlen(name)) {
+      std::size_t v = colon + 1;
+      while (v < head.size() && head[v] == ' ') ++v;
+      return head.substr(v, head.find("\r\n", v) - v);
+    }
+  }
+  return {};
+}
+
+// --trace: a request's first line and Range when a client chunk starts one.
+void trace_request(int id, const std::string& bytes) {
+  if (g_trace == nullptr || bytes.size() < 4 || bytes.compare(0, 5, "HTTP/") == 0) return;
+  const std::size_t eol = bytes.find("\r\n");
+  if (eol == std::string::npos || bytes.find(" HTTP/1.") > eol) return;
+  std::fprintf(g_trace, "%.1f %d > %s range=%s\n", ms_since_start(), id,
+               bytes.substr(0, eol).c_str(), header_value(bytes, "Range").c_str());
+}
 
 struct Chunk {
   Clock::time_point due;
@@ -69,7 +108,8 @@ struct Connection {
   bool decided = false;  // whether this connection gets the fault is known
   bool faulty = false;
   bool stalled = false;
-  std::string head;  // the client's first bytes, while undecided
+  std::uint64_t body_left = 0;  // --trace: the response body bytes still to come
+  std::string head;             // the client's first bytes, while undecided
   bool done = false;
 };
 
@@ -147,6 +187,8 @@ Options parse(int argc, char** argv) {
       o.status = std::atoi(value.c_str());
     } else if (key == "--code") {
       o.code = value;
+    } else if (key == "--trace") {
+      o.trace = value;
     } else {
       std::fprintf(stderr, "fault_proxy: unknown option %s\n", key.c_str());
       std::exit(2);
@@ -156,7 +198,7 @@ Options parse(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: fault_proxy --upstream host:port [--latency-ms N] [--fault "
                  "reset|stall|truncate|respond] [--after BYTES] [--times K] [--match "
-                 "TEXT] [--method NAME] [--status N] [--code CODE]\n");
+                 "TEXT] [--method NAME] [--status N] [--code CODE] [--trace FILE]\n");
     std::exit(2);
   }
   return o;
@@ -166,6 +208,13 @@ Options parse(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
+  if (!o.trace.empty()) {
+    g_trace = std::fopen(o.trace.c_str(), "w");
+    if (g_trace == nullptr) {
+      std::perror("fault_proxy: --trace");
+      return 2;
+    }
+  }
   ::signal(SIGPIPE, SIG_IGN);
   ::signal(SIGTERM, on_term);
   const auto half_latency = std::chrono::microseconds(o.latency_ms * 500);
@@ -287,10 +336,29 @@ int main(int argc, char** argv) {
               continue;
             }
           }
+          trace_request(c.id, bytes);
           c.queued_to_upstream += bytes.size();
           c.to_upstream.push_back({arrival + half_latency, std::move(bytes), 0});
         } else {
           std::string bytes(buffer.data(), static_cast<std::size_t>(n));
+          if (g_trace != nullptr) {
+            if (c.body_left == 0 && bytes.compare(0, 5, "HTTP/") == 0) {
+              const std::size_t end = bytes.find("\r\n\r\n");
+              const std::string content_length = header_value(bytes, "Content-Length");
+              std::fprintf(g_trace, "%.1f %d < %s length=%s\n", ms_since_start(), c.id,
+                           bytes.substr(0, bytes.find("\r\n")).c_str(), content_length.c_str());
+              const std::uint64_t total = std::strtoull(content_length.c_str(), nullptr, 10);
+              const std::uint64_t here = end == std::string::npos ? 0 : bytes.size() - end - 4;
+              c.body_left = total > here ? total - here : 0;
+              if (total > 0 && c.body_left == 0) {
+                std::fprintf(g_trace, "%.1f %d < end\n", ms_since_start(), c.id);
+              }
+            } else if (c.body_left > 0) {
+              c.body_left -= std::min<std::uint64_t>(c.body_left, bytes.size());
+              if (c.body_left == 0)
+                std::fprintf(g_trace, "%.1f %d < end\n", ms_since_start(), c.id);
+            }
+          }
           if (c.faulty && o.fault != Fault::kRespond) {
             const std::uint64_t room = o.after > c.sent_to_client + c.queued_to_client
                                            ? o.after - c.sent_to_client - c.queued_to_client
@@ -344,5 +412,6 @@ int main(int argc, char** argv) {
     std::erase_if(connections, [](const auto& c) { return c->done; });
   }
   for (auto& c : connections) close_connection(*c, false);
+  if (g_trace != nullptr) std::fclose(g_trace);
   return 0;
 }

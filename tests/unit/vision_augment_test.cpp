@@ -158,10 +158,10 @@ TEST_CASE("the augment ops' magnitude bins are torchvision's", "[vision]") {
   REQUIRE(augment_op_name(AugmentOp::kAutoContrast) == "AutoContrast");
   // torch.linspace(-2, 2, 5) and GaussianBlur's kernel: symmetric, summing to one.
   for (int i = 0; i < 5; ++i) {
-    REQUIRE(detail::torch_linspace(-2.0f, 2.0f, 5, i) == static_cast<float>(i) - 2.0f);
+    REQUIRE(vision::detail::torch_linspace(-2.0f, 2.0f, 5, i) == static_cast<float>(i) - 2.0f);
   }
   for (int size : {1, 3, 9, 23, 41}) {
-    const std::vector<float> k = detail::gaussian_kernel1d(size, 1.7);
+    const std::vector<float> k = vision::detail::gaussian_kernel1d(size, 1.7);
     REQUIRE(k.size() == static_cast<std::size_t>(size));
     double sum = 0;
     for (float v : k) sum += v;
@@ -194,9 +194,9 @@ TEST_CASE("functional geometry: flips, quarter turns and rotations", "[vision]")
   functional::rotate(image, 720, Interpolation::kBicubic, false, std::nullopt, {0, 0, 0}, out);
   REQUIRE(same_pixels(out, image));
   // 45 degrees with expand: Pillow's size, ceil(max) - floor(min) of the turned corners.
-  REQUIRE(detail::rotated_size({100, 200}, 45, true, std::nullopt) == Size{214, 214});
-  REQUIRE(detail::rotated_size({100, 200}, 45, false, std::nullopt) == Size{100, 200});
-  REQUIRE(detail::rotated_size({100, 200}, 90, true, std::nullopt) == Size{200, 100});
+  REQUIRE(vision::detail::rotated_size({100, 200}, 45, true, std::nullopt) == Size{214, 214});
+  REQUIRE(vision::detail::rotated_size({100, 200}, 45, false, std::nullopt) == Size{100, 200});
+  REQUIRE(vision::detail::rotated_size({100, 200}, 90, true, std::nullopt) == Size{200, 100});
   // A rotation uncovers corners: they take the fill.
   const Image square = test_image(20, 20);
   functional::rotate(square, 45, Interpolation::kNearest, false, std::nullopt, {1, 2, 3}, out);

@@ -21,26 +21,26 @@ using stoker::test::same_pixels;
 }  // namespace
 
 TEST_CASE("Pillow's weights sum to one and widen with the downscale factor", "[vision]") {
-  detail::Axis axis;
+  vision::detail::Axis axis;
   for (Interpolation interp : {Interpolation::kBilinear, Interpolation::kBicubic}) {
     for (int out : {7, 50, 100, 333}) {
-      detail::pillow_axis(axis, 100, 0.0, 100.0, out, interp, 0, out);
+      vision::detail::pillow_axis(axis, 100, 0.0, 100.0, out, interp, 0, out);
       REQUIRE(axis.count == out);
       for (int i = 0; i < out; ++i) {
         const auto* k = axis.weights.data() + static_cast<std::size_t>(i * axis.taps);
         const int n = axis.length[static_cast<std::size_t>(i)];
         const long sum = std::accumulate(k, k + n, 0L);
         // Each weight rounds on its own: the sum is 2^22 within one unit per tap.
-        REQUIRE(std::abs(sum - (1L << detail::kWeightBits)) <= n);
+        REQUIRE(std::abs(sum - (1L << vision::detail::kWeightBits)) <= n);
         REQUIRE(axis.start[static_cast<std::size_t>(i)] >= 0);
         REQUIRE(axis.start[static_cast<std::size_t>(i)] + n <= 100);
       }
     }
   }
   // Downscaling 100 -> 10 with the triangle filter: the support is 10 input pixels each side.
-  detail::pillow_axis(axis, 100, 0.0, 100.0, 10, Interpolation::kBilinear, 0, 10);
+  vision::detail::pillow_axis(axis, 100, 0.0, 100.0, 10, Interpolation::kBilinear, 0, 10);
   REQUIRE(axis.length[5] == 20);
-  detail::pillow_axis(axis, 100, 0.0, 100.0, 100, Interpolation::kBicubic, 0, 100);
+  vision::detail::pillow_axis(axis, 100, 0.0, 100.0, 100, Interpolation::kBicubic, 0, 100);
   REQUIRE(axis.identity);  // same size, whole box: Pillow skips the pass
 }
 
@@ -51,14 +51,14 @@ TEST_CASE("a window of the output is the same pixels as the whole output cropped
     Image whole;
     functional::resize(in, Size{40, 150}, interp, whole);
     // Columns [30, 130) and rows [5, 35) only.
-    detail::Axis columns;
-    detail::Axis rows;
-    detail::pillow_axis(columns, 97, 0.0, 97.0, 150, interp, 30, 100);
-    detail::pillow_axis(rows, 61, 0.0, 61.0, 40, interp, 5, 30);
+    vision::detail::Axis columns;
+    vision::detail::Axis rows;
+    vision::detail::pillow_axis(columns, 97, 0.0, 97.0, 150, interp, 30, 100);
+    vision::detail::pillow_axis(rows, 61, 0.0, 61.0, 40, interp, 5, 30);
     Image part;
     part.reset(100, 30, 3);
-    detail::resample(
-        detail::view_of(in), columns, rows,
+    vision::detail::resample(
+        vision::detail::view_of(in), columns, rows,
         [](void* out, int row, const std::uint8_t* pixels) {
           auto* image = static_cast<Image*>(out);
           std::copy_n(pixels, image->row_bytes(), image->row(row));
@@ -71,7 +71,7 @@ TEST_CASE("a window of the output is the same pixels as the whole output cropped
 }
 
 TEST_CASE("the AVX2 passes give the portable loops' pixels", "[vision]") {
-  if (!detail::have_avx2()) {
+  if (!vision::detail::have_avx2()) {
     WARN("this CPU has no AVX2: only the portable loops run here");
     return;
   }
@@ -92,9 +92,9 @@ TEST_CASE("the AVX2 passes give the portable loops' pixels", "[vision]") {
     Image simd;
     Image portable;
     functional::resize(in, out, interp, simd);
-    detail::use_portable_loops(true);
+    vision::detail::use_portable_loops(true);
     functional::resize(in, out, interp, portable);
-    detail::use_portable_loops(false);
+    vision::detail::use_portable_loops(false);
     INFO(w << "x" << h << " -> " << out.width << "x" << out.height);
     REQUIRE(same_pixels(simd, portable));
   }
@@ -109,9 +109,9 @@ TEST_CASE("a pipeline's tensor is the same with the portable loops, flipped or n
       Generator g1(1);
       Generator g2(1);
       const Tensor fast = pipeline.run(in, g1);
-      detail::use_portable_loops(true);
+      vision::detail::use_portable_loops(true);
       const Tensor portable = pipeline.run(in, g2);
-      detail::use_portable_loops(false);
+      vision::detail::use_portable_loops(false);
       REQUIRE(std::equal(fast.bytes().begin(), fast.bytes().end(), portable.bytes().begin()));
     }
   }

@@ -232,30 +232,30 @@ TEST_CASE("Pipeline::output_size and is_random", "[vision]") {
 }
 
 TEST_CASE("bfloat16 and float16 conversions round to nearest even", "[vision]") {
-  REQUIRE(detail::to_bfloat16(1.0f) == 0x3f80);
-  REQUIRE(detail::to_bfloat16(-2.5f) == 0xc020);
+  REQUIRE(vision::detail::to_bfloat16(1.0f) == 0x3f80);
+  REQUIRE(vision::detail::to_bfloat16(-2.5f) == 0xc020);
   // 1 + 2^-8 is halfway between two bfloat16 values: ties go to the even one (1.0).
-  REQUIRE(detail::to_bfloat16(1.0f + std::ldexp(1.0f, -8)) == 0x3f80);
-  REQUIRE(detail::to_bfloat16(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3f82);
-  REQUIRE(detail::to_float16(1.0f) == 0x3c00);
-  REQUIRE(detail::to_float16(-2.0f) == 0xc000);
-  REQUIRE(detail::to_float16(65504.0f) == 0x7bff);
-  REQUIRE(detail::to_float16(70000.0f) == 0x7c00);                          // overflow to infinity
-  REQUIRE(detail::to_float16(std::ldexp(1.0f, -24)) == 0x0001);             // smallest subnormal
-  REQUIRE(detail::to_float16(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);      // tie to even
-  REQUIRE(detail::to_float16(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3c02);  // tie to even
+  REQUIRE(vision::detail::to_bfloat16(1.0f + std::ldexp(1.0f, -8)) == 0x3f80);
+  REQUIRE(vision::detail::to_bfloat16(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3f82);
+  REQUIRE(vision::detail::to_float16(1.0f) == 0x3c00);
+  REQUIRE(vision::detail::to_float16(-2.0f) == 0xc000);
+  REQUIRE(vision::detail::to_float16(65504.0f) == 0x7bff);
+  REQUIRE(vision::detail::to_float16(70000.0f) == 0x7c00);               // overflow to infinity
+  REQUIRE(vision::detail::to_float16(std::ldexp(1.0f, -24)) == 0x0001);  // smallest subnormal
+  REQUIRE(vision::detail::to_float16(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);      // tie to even
+  REQUIRE(vision::detail::to_float16(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3c02);  // tie to even
 }
 
 TEST_CASE("padding modes map indices as numpy.pad", "[vision]") {
   // n = 4: reflect  ... 2 1 | 0 1 2 3 | 2 1 0 1 ...; symmetric ... 1 0 | 0 1 2 3 | 3 2 ...
-  REQUIRE(detail::pad_index(-1, 4, PaddingMode::kReflect) == 1);
-  REQUIRE(detail::pad_index(-3, 4, PaddingMode::kReflect) == 3);
-  REQUIRE(detail::pad_index(4, 4, PaddingMode::kReflect) == 2);
-  REQUIRE(detail::pad_index(7, 4, PaddingMode::kReflect) == 1);
-  REQUIRE(detail::pad_index(-1, 4, PaddingMode::kSymmetric) == 0);
-  REQUIRE(detail::pad_index(4, 4, PaddingMode::kSymmetric) == 3);
-  REQUIRE(detail::pad_index(9, 4, PaddingMode::kSymmetric) == 1);
-  REQUIRE(detail::pad_index(-5, 4, PaddingMode::kEdge) == 0);
-  REQUIRE(detail::pad_index(5, 4, PaddingMode::kConstant) == -1);
-  REQUIRE(detail::pad_index(2, 4, PaddingMode::kConstant) == 2);
+  REQUIRE(vision::detail::pad_index(-1, 4, PaddingMode::kReflect) == 1);
+  REQUIRE(vision::detail::pad_index(-3, 4, PaddingMode::kReflect) == 3);
+  REQUIRE(vision::detail::pad_index(4, 4, PaddingMode::kReflect) == 2);
+  REQUIRE(vision::detail::pad_index(7, 4, PaddingMode::kReflect) == 1);
+  REQUIRE(vision::detail::pad_index(-1, 4, PaddingMode::kSymmetric) == 0);
+  REQUIRE(vision::detail::pad_index(4, 4, PaddingMode::kSymmetric) == 3);
+  REQUIRE(vision::detail::pad_index(9, 4, PaddingMode::kSymmetric) == 1);
+  REQUIRE(vision::detail::pad_index(-5, 4, PaddingMode::kEdge) == 0);
+  REQUIRE(vision::detail::pad_index(5, 4, PaddingMode::kConstant) == -1);
+  REQUIRE(vision::detail::pad_index(2, 4, PaddingMode::kConstant) == 2);
 }
