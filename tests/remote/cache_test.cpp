@@ -74,6 +74,23 @@ bool any_ending(const std::vector<std::string>& files, std::string_view suffix) 
   return false;
 }
 
+// The ranged GETs nginx served for `name`, by the first byte each asked for.
+std::map<std::uint64_t, ServedRequest> gets_by_range(const std::string& name) {
+  std::map<std::uint64_t, ServedRequest> gets;
+  for (ServedRequest& r : served_requests("/" + name)) {
+    if (r.range_begin) gets[*r.range_begin] = std::move(r);
+  }
+  return gets;
+}
+
+// 64 KiB parts, 8 in flight: a 1 MiB shard in 16 parts.
+RemoteOptions small_parts(const std::string& cache_dir) {
+  RemoteOptions o = RemoteServers::get().s3_options(cache_dir);
+  o.part_size = 64 << 10;
+  o.parts_in_flight = 8;
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("A shard downloads in parallel ranged parts into a verified, renamed entry",
@@ -146,19 +163,14 @@ TEST_CASE("A shard a reader waits for gets its first part before its other parts
   // 60 ms between nginx's last byte of a part and the next request reaching it: the proxy
   // delays each direction by half of that.
   FaultProxy slow(s.http_port, {"--latency-ms", "60"});
-  RemoteOptions o = s.s3_options(scratch.path + "/cache");
-  o.part_size = 64 << 10;
-  o.parts_in_flight = 8;
+  const RemoteOptions o = small_parts(scratch.path + "/cache");
   auto cache = ShardCache::process(o);
   const std::string url = fmt::format("http://127.0.0.1:{}/{}", slow.port(), name);
   auto hold = cache->acquire(remote(url, data.size()), Need::kNow, nullptr);
   hold->wait_for(data.size());
   REQUIRE(hold->complete());
   REQUIRE(read_all(*hold) == data);
-  std::map<std::uint64_t, ServedRequest> gets;  // by the part's first byte
-  for (ServedRequest& r : served_requests("/" + name)) {
-    if (r.range_begin) gets[*r.range_begin] = std::move(r);
-  }
+  const auto gets = gets_by_range(name);
   REQUIRE(gets.size() == 16);
   const ServedRequest head = gets.at(0);
   for (const auto& [begin, get] : gets) {
@@ -167,6 +179,61 @@ TEST_CASE("A shard a reader waits for gets its first part before its other parts
     // its last byte: 30 ms is the margin). Started at once, they would begin before it ended.
     if (begin >= 2 * o.part_size) CHECK(get.start >= head.end + 0.030);
   }
+}
+
+TEST_CASE("A reader that starts mid-shard gets its part first, from another process too",
+          "[remote][cache]") {
+  TempDir scratch("cache");
+  const RemoteServers& s = RemoteServers::get();
+  const std::string data = pattern_bytes(1 << 20, 24);
+  const std::string name = put_www(unique_key("middle.tar"), data);
+  FaultProxy slow(s.http_port, {"--latency-ms", "200"});
+  const RemoteOptions o = small_parts(scratch.path + "/cache");
+  const std::string url = fmt::format("http://127.0.0.1:{}/{}", slow.port(), name);
+  const RemoteFile file = remote(url, data.size());
+  const std::string entry = ShardCache::process(o)->entry_path(url);
+  // A child downloads the shard for a reader of its start; this process reads from part 10 on.
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int code = 1;
+    try {
+      auto hold = ShardCache::process(o)->acquire(file, Need::kNow, nullptr);
+      hold->wait_for(hold->size());
+      code = read_all(*hold) == data ? 0 : 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child: %s\n", e.what());
+    }
+    ::_exit(code);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!fs::exists(entry + ".stoker-part") && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const std::uint64_t from = 10 * o.part_size + 100;
+  auto hold = ShardCache::process(o)->acquire(file, Need::kNow, nullptr, {}, from);
+  REQUIRE(hold != nullptr);
+  REQUIRE_FALSE(hold->complete());  // the child downloads it
+  hold->wait_from(from, from + 4096);
+  const std::uint64_t ready = hold->readable_from(from);
+  CHECK(ready >= from + 4096);
+  std::string bytes(ready - from, '\0');
+  REQUIRE(posix::pread_full(hold->fd(), bytes.data(), bytes.size(), static_cast<off_t>(from)) ==
+          static_cast<ssize_t>(bytes.size()));
+  CHECK(bytes == data.substr(from, bytes.size()));
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  const auto gets = gets_by_range(name);
+  REQUIRE(gets.size() == 16);
+  // In order, part 10 would start a round trip (200 ms) after part 2, once parts 2 to 9 had
+  // begun and one of them ended; published, it starts when the child's download first sees
+  // it (its next bytes), with part 2 or before it. Half a round trip is the margin.
+  const auto start_of = [&](std::uint64_t part) { return gets.at(part * o.part_size).start; };
+  CAPTURE(start_of(0), start_of(2), start_of(3), start_of(10), start_of(11));
+  CHECK(start_of(10) <= start_of(2) + 0.100);
+  CHECK(start_of(11) <= start_of(3) + 0.100);  // and the reader's next part follows it
 }
 
 TEST_CASE("Processes that want the same shard download it once", "[remote][cache]") {

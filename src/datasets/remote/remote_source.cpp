@@ -104,8 +104,9 @@ void RemoteSource::set_verify(const std::string& url,
   k.verify_token = std::move(token);
 }
 
-std::shared_ptr<CacheHold> RemoteSource::acquire(
-    const std::string& url, Need need, const std::function<void()>& release_others) const {
+std::shared_ptr<CacheHold> RemoteSource::acquire(const std::string& url, Need need,
+                                                 const std::function<void()>& release_others,
+                                                 std::uint64_t from) const {
   RemoteFile file;
   file.url = url;
   if (const auto it = known_.find(url); it != known_.end()) {
@@ -114,7 +115,7 @@ std::shared_ptr<CacheHold> RemoteSource::acquire(
     file.verify = it->second.verify;
     file.verify_token = it->second.verify_token;
   }
-  return ShardCache::process(options_)->acquire(file, need, counters_, release_others);
+  return ShardCache::process(options_)->acquire(file, need, counters_, release_others, from);
 }
 
 std::shared_ptr<CacheHold> RemoteSource::acquire_complete(const std::string& url) const {

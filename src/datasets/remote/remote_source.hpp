@@ -48,9 +48,11 @@ class RemoteSource {
                   std::string token);
 
   // A hold of the file's cache entry (ShardCache::acquire; kAhead may give nullptr), checked by
-  // its set_verify() check when it is downloaded. Either process.
+  // its set_verify() check when it is downloaded; `from`: the first byte a kNow reader reads.
+  // Either process.
   std::shared_ptr<CacheHold> acquire(const std::string& url, Need need,
-                                     const std::function<void()>& release_others = {}) const;
+                                     const std::function<void()>& release_others = {},
+                                     std::uint64_t from = 0) const;
   // The complete local copy (downloaded first when missing). Blocks.
   std::shared_ptr<CacheHold> acquire_complete(const std::string& url) const;
   // A small file read whole through the cache (index.json, index files); nullopt when the

@@ -12,8 +12,9 @@
 namespace stoker::detail {
 namespace {
 
-// How much a read waits for at least: small reads of a tar header do not wait for one part
-// after another's first bytes, and a read near the end waits for the shard's end.
+// How much a read waits for at least (within the part it reads from): small reads of a tar
+// header do not wait for one part after another's first bytes. A read that reaches the shard's
+// end waits for the whole shard.
 constexpr std::uint64_t kWaitChunk = 256 * 1024;
 
 class RemoteStreamSource final : public StreamSource {
@@ -24,10 +25,16 @@ class RemoteStreamSource final : public StreamSource {
   std::size_t read(std::span<std::byte> dst) override {
     const std::uint64_t size = hold_->size();
     if (pos_ >= size || dst.empty()) return 0;
-    if (hold_->available() < pos_ + 1) {
-      hold_->wait_for(std::min(size, pos_ + std::max<std::uint64_t>(dst.size(), kWaitChunk)));
+    if (hold_->readable_from(pos_) <= pos_) {
+      hold_->wait_from(pos_, pos_ + std::max<std::uint64_t>(dst.size(), kWaitChunk));
     }
-    const std::uint64_t ready = std::min(hold_->available(), size);
+    std::uint64_t ready = hold_->readable_from(pos_);
+    if (ready == size && !hold_->complete()) {
+      // The shard's last bytes once it is complete (verified, renamed): a reader that finishes
+      // a shard leaves it published in the cache, and its bytes counted.
+      hold_->wait_for(size);
+      ready = size;
+    }
     const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(dst.size(), ready - pos_));
     const ssize_t got = posix::pread_full(hold_->fd(), dst.data(), n, static_cast<off_t>(pos_));
     if (got < 0) {

@@ -173,9 +173,11 @@ struct Download {
     enum State : std::uint8_t { kWaiting, kRunning, kDone } state = kWaiting;
   };
   std::vector<Part> parts;     // state and fetch under ShardCache::mutex_
-  std::size_t next_part = 0;   // the first kWaiting part (under the mutex)
+  std::size_t waiting = 0;     // parts not started yet (under the mutex)
   std::size_t first_open = 0;  // the first part not yet full (the client's thread)
   std::size_t running = 0;
+  std::weak_ptr<ShardCache> cache;
+  std::uint32_t seen_want_seq = 0;  // the header's want_seq at the last pump (the client's thread)
   bool failed = false;
   bool finished = false;
   std::exception_ptr error;
@@ -191,6 +193,9 @@ struct Download {
       return false;
     }
     parts[p].received += bytes.size();
+    if (p < EntryHeader::kTrackedParts) {
+      header->received[p].store(parts[p].received, std::memory_order_release);  // INV-CACHE-3
+    }
     if (p == first_open) {
       while (first_open < parts.size() &&
              parts[first_open].received == parts[first_open].end - parts[first_open].begin) {
@@ -199,7 +204,17 @@ struct Download {
       const std::uint64_t done =
           first_open < parts.size() ? parts[first_open].begin + parts[first_open].received : size;
       header->contiguous.store(done, std::memory_order_release);  // INV-CACHE-3
-      bump(header);
+    }
+    bump(header);
+    // A reader (of any process) published an offset it waits for: the parts to start next
+    // may have changed. The pump starts transfers, which a sink may not: it runs once this
+    // round of the client's sinks has ended.
+    const std::uint32_t want_seq = header->want_seq.load(std::memory_order_acquire);
+    if (want_seq != seen_want_seq) {
+      seen_want_seq = want_seq;
+      net::ObjectStore::defer([weak = cache] {
+        if (auto c = weak.lock()) c->pump();
+      });
     }
     return true;
   }
@@ -469,7 +484,8 @@ std::shared_ptr<CacheHold> ShardCache::try_complete(const RemoteFile& file, cons
 
 std::shared_ptr<CacheHold> ShardCache::acquire(const RemoteFile& file, Need need,
                                                RemoteCounters* counters,
-                                               const std::function<void()>& release_others) {
+                                               const std::function<void()>& release_others,
+                                               std::uint64_t from) {
   const std::string path = entry_path(file.url);
   {
     // This process downloads it already: follow that download.
@@ -489,7 +505,13 @@ std::shared_ptr<CacheHold> ShardCache::acquire(const RemoteFile& file, Need need
       posix::Fd lock_fd(posix::open_file((path + std::string(kLock)).c_str(), O_RDWR));
       EntryHeader* header = lock_fd.valid() ? map_entry_header(lock_fd.get()) : nullptr;
       if (header != nullptr) {
-        if (auto hold = follow(file, path, std::move(lock_fd), header, counters)) return hold;
+        if (auto hold = follow(file, path, std::move(lock_fd), header, counters)) {
+          if (need == Need::kNow && !hold->complete()) {
+            hold->want(from);
+            pump();  // this process's download: its next parts may be others now
+          }
+          return hold;
+        }
       }
     }
   }
@@ -513,14 +535,19 @@ std::shared_ptr<CacheHold> ShardCache::acquire(const RemoteFile& file, Need need
             fmt::format("remote cache: cannot map {}; check the cache directory", lock_path),
             errno));
       }
-      return start_download(file, path, std::move(lock_fd), header, need, counters, release_others);
+      return start_download(file, path, std::move(lock_fd), header, need, counters, release_others,
+                            from);
     }
     // Another process downloads it: follow its progress.
     posix::Fd follow_fd(posix::open_file(lock_path.c_str(), O_RDWR));
     if (!follow_fd.valid()) continue;
     EntryHeader* header = map_entry_header(follow_fd.get());
     if (header == nullptr) continue;
-    if (auto hold = follow(file, path, std::move(follow_fd), header, counters)) return hold;
+    if (auto hold = follow(file, path, std::move(follow_fd), header, counters)) {
+      // Another process's download: it sees the offset at its next bytes (Download::write).
+      if (need == Need::kNow && !hold->complete()) hold->want(from);
+      return hold;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   throw Error(fmt::format(
@@ -577,8 +604,10 @@ std::shared_ptr<CacheHold> ShardCache::start_download(const RemoteFile& file,
                                                       const std::string& path, posix::Fd lock_fd,
                                                       EntryHeader* header, Need need,
                                                       RemoteCounters* counters,
-                                                      const std::function<void()>& release_others) {
+                                                      const std::function<void()>& release_others,
+                                                      std::uint64_t from) {
   auto d = std::make_shared<Download>();
+  d->cache = weak_from_this();
   d->file = file;
   d->path = path;
   d->counters = counters;
@@ -593,6 +622,11 @@ std::shared_ptr<CacheHold> ShardCache::start_download(const RemoteFile& file,
   header->state.store(EntryHeader::kIdle, std::memory_order_release);
   header->contiguous.store(0, std::memory_order_release);
   header->size.store(0, std::memory_order_release);
+  header->part_size.store(options_.part_size, std::memory_order_release);
+  for (auto& r : header->received) r.store(0, std::memory_order_release);
+  // Offsets wanted from an older generation: its readers publish theirs again as they wait.
+  for (auto& w : header->want) w.store(0, std::memory_order_release);
+  d->seen_want_seq = header->want_seq.load(std::memory_order_acquire);
   header->generation.fetch_add(1, std::memory_order_acq_rel);
   bump(header);
 
@@ -619,6 +653,7 @@ std::shared_ptr<CacheHold> ShardCache::start_download(const RemoteFile& file,
     p.end = std::min(d->size, begin + options_.part_size);
     d->parts.push_back(p);
   }
+  d->waiting = d->parts.size();
   // The reader's own hold, on the .part inode (INV-CACHE-2), before anything can complete.
   posix::Fd read_fd(posix::open_read(part_path.c_str()));
   posix::Fd hold_lock_fd(posix::open_file((path + std::string(kLock)).c_str(), O_RDWR));
@@ -640,6 +675,8 @@ std::shared_ptr<CacheHold> ShardCache::start_download(const RemoteFile& file,
   hold->generation_ = header->generation.load(std::memory_order_acquire);
   hold->download_ = d;
   if (counters != nullptr) counters->cache_misses.fetch_add(1, std::memory_order_relaxed);
+  if (need == Need::kNow) hold->want(from);  // before the first pump: its part goes first
+  d->seen_want_seq = header->want_seq.load(std::memory_order_acquire);
 
   header->state.store(EntryHeader::kDownloading, std::memory_order_release);
   bump(header);
@@ -669,22 +706,62 @@ void ShardCache::pump() {
   {
     std::lock_guard lock(mutex_);
     for (const auto& d : downloads_) {
-      // A shard a reader waits for now gets its head first: until its first part is in, it
-      // has at most kHeadParts parts in flight and nothing else starts, so the first samples
-      // arrive at a share of the link, not after the whole shard (all parts at once share it
-      // equally and end together).
-      const bool head = d->need == Need::kNow && !d->failed && d->parts.size() > 1 &&
-                        d->parts[0].state != Download::Part::kDone;
-      const std::size_t cap = head ? kHeadParts : options_.parts_in_flight;
-      while (parts_running_ < options_.parts_in_flight && d->running < cap && !d->failed &&
-             d->next_part < d->parts.size()) {
-        d->parts[d->next_part].state = Download::Part::kRunning;
-        starts.push_back({d, d->next_part});
-        ++d->next_part;
+      if (d->failed || d->waiting == 0) continue;
+      const std::size_t n = d->parts.size();
+      // Where its readers are: the parts holding the offsets they published (EntryHeader::want),
+      // or, for a shard read now that has none, its first part.
+      std::vector<std::size_t> anchors;
+      const std::uint64_t part_size = d->header->part_size.load(std::memory_order_acquire);
+      for (const auto& w : d->header->want) {
+        const std::uint64_t v = w.load(std::memory_order_acquire);
+        if (v == 0 || part_size == 0) continue;
+        const auto p =
+            static_cast<std::size_t>(std::min<std::uint64_t>((v - 1) / part_size, n - 1));
+        if (std::find(anchors.begin(), anchors.end(), p) == anchors.end()) anchors.push_back(p);
+      }
+      const bool published = !anchors.empty();
+      if (!published && d->need == Need::kNow) anchors.push_back(0);
+      // A shard a reader waits for gets the parts its readers wait for first: until each of
+      // them is in, it has at most kHeadParts parts in flight per waiting reader, from that
+      // reader's part on, and nothing else starts, so the first samples arrive at a share of
+      // the link, not after the whole shard (all parts at once share it equally and end
+      // together). A read-ahead download is one too once a reader of another process waits.
+      std::vector<std::size_t> starving;
+      for (const std::size_t p : anchors) {
+        if (d->parts[p].state != Download::Part::kDone) starving.push_back(p);
+      }
+      const bool head = (d->need == Need::kNow || published) && n > 1 && !starving.empty();
+      const std::size_t cap = head
+                                  ? std::min(options_.parts_in_flight, kHeadParts * starving.size())
+                                  : options_.parts_in_flight;
+      const auto room = [&] {
+        return parts_running_ < options_.parts_in_flight && d->running < cap && d->waiting > 0;
+      };
+      const auto start = [&](std::size_t p) {
+        d->parts[p].state = Download::Part::kRunning;
+        starts.push_back({d, p});
+        --d->waiting;
         ++d->running;
         ++parts_running_;
+      };
+      // From each reader's part on, one part each in turn; then, when no reader waits, the
+      // rest in order.
+      std::vector<std::size_t> cursor = head ? starving : anchors;
+      for (bool more = true; more && room();) {
+        more = false;
+        for (std::size_t& c : cursor) {
+          while (c < n && d->parts[c].state != Download::Part::kWaiting) ++c;
+          if (c < n && room()) {
+            start(c);
+            more = true;
+          }
+        }
       }
-      if (head || parts_running_ >= options_.parts_in_flight) break;
+      if (head) break;
+      for (std::size_t p = 0; p < n && room(); ++p) {
+        if (d->parts[p].state == Download::Part::kWaiting) start(p);
+      }
+      if (parts_running_ >= options_.parts_in_flight) break;
     }
   }
   // Outside the lock: fetch_range() takes the client's lock, whose sinks take none of ours.
@@ -726,7 +803,7 @@ void ShardCache::part_done(const std::shared_ptr<Download>& d, std::size_t part,
         if (p.state == Download::Part::kRunning && p.fetch != 0) cancel.push_back(p.fetch);
       }
     }
-    complete = !d->failed && d->running == 0 && d->next_part == d->parts.size();
+    complete = !d->failed && d->running == 0 && d->waiting == 0;
   }
   for (const std::uint64_t id : cancel) store_->cancel_range(id);
   if (first_failure) {
@@ -814,7 +891,40 @@ void ShardCache::fail(const std::shared_ptr<Download>& d, std::exception_ptr err
 // ---------------------------------------------------------------------------------------------
 // Holds
 
-CacheHold::~CacheHold() { unmap_entry_header(header_); }
+CacheHold::~CacheHold() {
+  drop_want();
+  unmap_entry_header(header_);
+}
+
+void CacheHold::want(std::uint64_t pos) noexcept {
+  if (header_ == nullptr || complete_) return;
+  const std::uint64_t value = std::min(pos, size_) + 1;
+  if (want_slot_ >= 0 && want_value_ == value) return;
+  std::atomic<std::uint64_t>* slots = header_->want;
+  if (want_slot_ >= 0) {
+    std::uint64_t expected = want_value_;
+    // Another reader's now when the downloader cleared it (a new generation) and it was taken.
+    if (!slots[want_slot_].compare_exchange_strong(expected, value, std::memory_order_acq_rel)) {
+      want_slot_ = -1;
+    }
+  }
+  for (std::size_t i = 0; want_slot_ < 0 && i < EntryHeader::kWantSlots; ++i) {
+    std::uint64_t expected = 0;
+    if (slots[i].compare_exchange_strong(expected, value, std::memory_order_acq_rel)) {
+      want_slot_ = static_cast<int>(i);
+    }
+  }
+  if (want_slot_ < 0) return;  // all slots taken: the parts come in order
+  want_value_ = value;
+  header_->want_seq.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void CacheHold::drop_want() noexcept {
+  if (header_ == nullptr || want_slot_ < 0) return;
+  std::uint64_t expected = want_value_;
+  header_->want[want_slot_].compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+  want_slot_ = -1;
+}
 
 bool CacheHold::complete() const noexcept {
   return complete_ || (header_ != nullptr &&
@@ -822,18 +932,45 @@ bool CacheHold::complete() const noexcept {
                        header_->generation.load(std::memory_order_acquire) == generation_);
 }
 
-std::uint64_t CacheHold::available() const noexcept {
+std::uint64_t CacheHold::available() const noexcept { return readable_from(0); }
+
+std::uint64_t CacheHold::readable_from(std::uint64_t pos) const noexcept {
   if (complete()) return size_;
-  if (header_ == nullptr || header_->generation.load(std::memory_order_acquire) != generation_) {
-    return 0;
+  if (header_ == nullptr || pos >= size_) return std::min(pos, size_);
+  if (header_->generation.load(std::memory_order_acquire) != generation_) return pos;
+  std::uint64_t at =
+      std::max(pos, std::min(size_, header_->contiguous.load(std::memory_order_acquire)));
+  const std::uint64_t part_size =
+      header_->version >= 2 ? header_->part_size.load(std::memory_order_acquire) : 0;
+  while (part_size != 0 && at < size_) {
+    const std::uint64_t p = at / part_size;
+    if (p >= EntryHeader::kTrackedParts) break;
+    const std::uint64_t begin = p * part_size;
+    const std::uint64_t got = begin + header_->received[p].load(std::memory_order_acquire);
+    if (got <= at) break;
+    at = std::min(got, size_);
+    if (got < std::min(size_, begin + part_size)) break;  // the part is still arriving
   }
-  return std::min(size_, header_->contiguous.load(std::memory_order_acquire));
+  // INV-CACHE-3: what was read belongs to this generation only if it is still the current one.
+  if (header_->generation.load(std::memory_order_acquire) != generation_) return pos;
+  return at;
 }
 
-void CacheHold::wait_for(std::uint64_t end) {
+void CacheHold::wait_for(std::uint64_t end) { wait_range(0, end, true); }
+
+void CacheHold::wait_from(std::uint64_t pos, std::uint64_t end) {
+  const std::uint64_t part_size = header_ != nullptr && header_->version >= 2
+                                      ? header_->part_size.load(std::memory_order_acquire)
+                                      : 0;
+  if (part_size != 0) end = std::min(end, (pos / part_size + 1) * part_size);
+  wait_range(pos, std::max(end, pos + 1), false);
+}
+
+void CacheHold::wait_range(std::uint64_t pos, std::uint64_t end, bool whole) {
   end = std::min(end, size_);
-  if (complete_ || end == 0) return;
+  if (complete_ || end == 0 || pos >= end) return;
   const std::uint64_t started = now_ns();
+  bool wanted = false;
   for (;;) {
     const std::uint32_t seq = header_->seq.load(std::memory_order_acquire);
     const std::uint32_t state = header_->state.load(std::memory_order_acquire);
@@ -844,12 +981,17 @@ void CacheHold::wait_for(std::uint64_t end) {
     }
     // The last bytes count only once the entry is published (verified, renamed): a reader of
     // the whole shard gets a complete file.
-    if (same_generation && end < size_ &&
-        header_->contiguous.load(std::memory_order_acquire) >= end) {
-      break;
-    }
+    if (same_generation && (!whole || end < size_) && readable_from(pos) >= end) break;
     bool lost = !same_generation || state == EntryHeader::kFailed;
     if (!lost) {
+      if (!wanted) {
+        // The downloader starts the part holding `pos` next: at once when it runs here, at its
+        // next bytes when another process runs it.
+        wanted = true;
+        want(pos);
+        if (download_ != nullptr) cache_->pump();
+        continue;
+      }
       header_->waiters.fetch_add(1, std::memory_order_acq_rel);
       (void)posix::futex_wait(header_->seq, seq, kFollowPollMs);
       header_->waiters.fetch_sub(1, std::memory_order_acq_rel);
@@ -870,7 +1012,8 @@ void CacheHold::wait_for(std::uint64_t end) {
     }
     // The downloader went away (another process, killed or failed): claim the entry again; this
     // process may become its downloader. The bytes already read stay valid (the same shard).
-    std::shared_ptr<CacheHold> again = cache_->acquire(file_, Need::kNow, nullptr);
+    drop_want();
+    std::shared_ptr<CacheHold> again = cache_->acquire(file_, Need::kNow, nullptr, {}, pos);
     if (again->download_ != nullptr && again->download_->error) {
       std::rethrow_exception(again->download_->error);
     }
@@ -882,7 +1025,10 @@ void CacheHold::wait_for(std::uint64_t end) {
     download_ = again->download_;
     complete_ = again->complete_;
     size_ = again->size_;
+    want_slot_ = std::exchange(again->want_slot_, -1);
+    want_value_ = again->want_value_;
     if (complete_) break;
+    end = std::min(end, size_);
   }
   if (counters_ != nullptr)
     counters_->wait_ns.fetch_add(now_ns() - started, std::memory_order_relaxed);

@@ -19,9 +19,10 @@
 //     entry's inode (taken on the .part file while downloading: rename keeps the inode), and
 //     an entry is evicted only by one who gets flock(LOCK_EX | LOCK_NB) on it. Locks die with
 //     their process, so a killed reader holds nothing.
-//   INV-CACHE-3 EntryHeader::contiguous only grows within a generation, and only after the
-//     bytes below it were written (pwrite, then a release store): a reader reads [0, contiguous)
-//     of the generation's .part; a new downloader makes a new generation and a new .part.
+//   INV-CACHE-3 EntryHeader::contiguous and received[p] only grow within a generation, and
+//     only after the bytes below them were written (pwrite, then a release store): a reader reads
+//     [0, contiguous) and [begin of part p, that + received[p]) of the generation's .part; a new
+//     downloader makes a new generation and a new .part.
 //   INV-CACHE-4 room is reserved before a download starts: complete entries plus the sizes of
 //     downloads in progress stay <= cache_limit (while the global lock is held).
 //
@@ -57,10 +58,16 @@ struct RemoteCounters {
   RemoteStats snapshot() const noexcept;
 };
 
-// The head of <e>.stoker-lock, mapped shared by the downloader and every reader of <e>.
+// The head of <e>.stoker-lock, mapped shared by the downloader and every reader of <e>. Readers
+// that wait publish the offset they need in `want`; the downloader starts the parts holding
+// those offsets first (ShardCache::pump), whichever process it is.
 struct EntryHeader {
   static constexpr std::uint64_t kMagic = 0x4b434f4c4b4f5453ull;  // "STOKLOCK"
-  static constexpr std::uint32_t kVersion = 1;
+  static constexpr std::uint32_t kVersion = 2;
+  static constexpr std::size_t kWantSlots = 8;
+  // Parts whose progress readers can see one by one (beyond them, `contiguous` only): what is
+  // left of the 4 KiB page.
+  static constexpr std::size_t kTrackedParts = 496;
   enum State : std::uint32_t { kIdle = 0, kDownloading = 1, kComplete = 2, kFailed = 3 };
 
   std::uint64_t magic;  // written by each downloader before anything else is read
@@ -71,13 +78,18 @@ struct EntryHeader {
   std::atomic<std::uint64_t> contiguous;  // INV-CACHE-3
   std::atomic<std::uint64_t> generation;  // one per download attempt (a new .part)
   std::atomic<std::uint32_t> state;
-  std::atomic<std::uint32_t> seq;      // futex word, bumped on every change above
-  std::atomic<std::uint32_t> waiters;  // readers asleep on seq (the downloader wakes them)
-  std::uint32_t reserved;
+  std::atomic<std::uint32_t> seq;        // futex word, bumped on every change above
+  std::atomic<std::uint32_t> waiters;    // readers asleep on seq (the downloader wakes them)
+  std::atomic<std::uint32_t> want_seq;   // bumped by a reader that changed a `want` slot
+  std::atomic<std::uint64_t> part_size;  // the download's parts, set before kDownloading
+  // Written by readers: 1 + an offset a reader waits for, 0 when free (a hint: a killed reader
+  // leaves its slot until the download ends).
+  std::atomic<std::uint64_t> want[kWantSlots];
+  std::atomic<std::uint64_t> received[kTrackedParts];  // INV-CACHE-3
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
               std::atomic<std::uint32_t>::is_always_lock_free);
-static_assert(sizeof(EntryHeader) == 56 && alignof(EntryHeader) == 8);
+static_assert(sizeof(EntryHeader) == 4096 && alignof(EntryHeader) == 8);
 
 // A remote shard as its dataset knows it.
 struct RemoteFile {
@@ -116,11 +128,22 @@ class CacheHold {
   bool complete() const noexcept;
   // Bytes [0, n) that can be read now.
   std::uint64_t available() const noexcept;
+  // The end of the bytes that can be read now from `pos` on ([pos, n); n == pos when none):
+  // the downloaded prefix, and the parts beyond it that are in (whole or their first bytes).
+  std::uint64_t readable_from(std::uint64_t pos) const noexcept;
   // Blocks until bytes [0, end) can be read (end is clamped to size()); for end = size(), until
   // the entry is complete (verified and renamed: path() then names it). When the download
   // fails, throws its RemoteError (or stoker::Error for a full disk, a failed check); when its
   // downloader died, this reader downloads the rest itself.
   void wait_for(std::uint64_t end);
+  // Blocks until bytes from `pos` on can be read: up to `end`, or to the end of the part
+  // holding `pos` when that comes first (a part not yet started is not waited for). While it
+  // waits, `pos` is published to the downloader, which fetches the part holding it first.
+  // Throws as wait_for().
+  void wait_from(std::uint64_t pos, std::uint64_t end);
+  // Publishes `pos` as the offset this reader needs next (the downloader starts its part
+  // first), without waiting.
+  void want(std::uint64_t pos) noexcept;
 
  private:
   friend class ShardCache;
@@ -139,6 +162,13 @@ class CacheHold {
   EntryHeader* header_ = nullptr;
   std::uint64_t generation_ = 0;
   std::shared_ptr<Download> download_;
+  int want_slot_ = -1;  // the header's `want` slot this reader set (-1: none)
+  std::uint64_t want_value_ = 0;
+
+  // wait_for() and wait_from(): until [pos, end) can be read, and for end = size() with
+  // `whole`, until the entry is complete.
+  void wait_range(std::uint64_t pos, std::uint64_t end, bool whole);
+  void drop_want() noexcept;
 };
 
 class ShardCache : public std::enable_shared_from_this<ShardCache> {
@@ -152,13 +182,15 @@ class ShardCache : public std::enable_shared_from_this<ShardCache> {
 
   // Holds `file`'s entry: complete already (a hit), or being downloaded (by this process,
   // which starts it, or by another one, which this one follows). Does not wait for bytes.
-  // kAhead returns nullptr when there is no room now. `counters` (may be null) gets the hit or
+  // kAhead returns nullptr when there is no room now. A kNow reader that reads from `from` on
+  // publishes it (CacheHold::want) before any part starts. `counters` (may be null) gets the hit or
   // miss, the bytes and the waits. `release_others` is called once when a kNow acquire has to
   // wait for room, so the caller can let go of entries it holds but does not need now.
   // Throws RemoteError (the HEAD for an unknown size), stoker::Error (the directory, a cache
   // too small: "cache_limit ... holds ...", an entry the cache did not make).
   std::shared_ptr<CacheHold> acquire(const RemoteFile& file, Need need, RemoteCounters* counters,
-                                     const std::function<void()>& release_others = {});
+                                     const std::function<void()>& release_others = {},
+                                     std::uint64_t from = 0);
 
   const std::string& dir() const noexcept { return dir_; }
   const RemoteOptions& options() const noexcept { return options_; }
@@ -188,7 +220,8 @@ class ShardCache : public std::enable_shared_from_this<ShardCache> {
   std::shared_ptr<CacheHold> start_download(const RemoteFile& file, const std::string& path,
                                             posix::Fd lock_fd, EntryHeader* header, Need need,
                                             RemoteCounters* counters,
-                                            const std::function<void()>& release_others);
+                                            const std::function<void()>& release_others,
+                                            std::uint64_t from);
   std::shared_ptr<CacheHold> follow(const RemoteFile& file, const std::string& path,
                                     posix::Fd lock_fd, EntryHeader* header,
                                     RemoteCounters* counters);
@@ -198,7 +231,8 @@ class ShardCache : public std::enable_shared_from_this<ShardCache> {
                RemoteCounters* counters, const std::function<void()>& release_others);
   // `own_lock`: the caller's own download, not counted.
   Scan scan(bool clean_stale, const std::string& own_lock) const;
-  // Starts parts while this process has fewer than parts_in_flight running.
+  // Starts parts while this process has fewer than parts_in_flight running: first those that
+  // hold the offsets readers wait for (EntryHeader::want), and the parts after them.
   void pump();
   void part_done(const std::shared_ptr<Download>& d, std::size_t part, std::exception_ptr error);
   void finish(const std::shared_ptr<Download>& d);

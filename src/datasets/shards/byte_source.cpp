@@ -304,7 +304,9 @@ std::unique_ptr<StreamSource> open_stream_source(const std::string& name, std::u
                         "options; this is a bug in stoker",
                         who, name));
       }
-      held = remote->acquire(name, Need::kNow);
+      held = remote->acquire(name, Need::kNow, {}, compressed ? 0 : offset);
+    } else if (!compressed) {
+      held->want(offset);  // read ahead: its parts from `offset` on go first
     }
     source = remote_stream(std::move(held), compressed ? 0 : offset, who);
   } else if (is_pipe_shard(name)) {

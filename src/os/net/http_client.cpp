@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <condition_variable>
 #include <cstdlib>
@@ -136,7 +137,9 @@ struct HttpClient::Impl {
   std::uint64_t next_id = 1;
   std::uint64_t running_completion = 0;  // the id whose completion runs now (0: none)
   std::thread thread;
-  std::thread::id driver;  // the thread's id while it runs
+  std::atomic<std::thread::id> driver;  // the thread's id while it runs
+  bool in_sinks = false;  // the driver runs curl_multi_perform (its sinks), holding the lock
+  std::vector<std::function<void()>> deferred;  // defer()'s tasks
   bool thread_running = false;
   bool paused = false;  // around fork(): no thread may start
 
@@ -278,10 +281,12 @@ struct HttpClient::Impl {
         }
         it = pending.erase(it);
       }
-      if (active.empty() && pending.empty() && finished.empty()) break;
+      if (active.empty() && pending.empty() && finished.empty() && deferred.empty()) break;
       if (!active.empty()) {
         int running = 0;
+        in_sinks = true;
         curl_multi_perform(multi, &running);  // sinks run here, under the lock
+        in_sinks = false;
         int left = 0;
         while (CURLMsg* msg = curl_multi_info_read(multi, &left)) {
           if (msg->msg != CURLMSG_DONE) continue;
@@ -305,6 +310,15 @@ struct HttpClient::Impl {
         }
         changed.notify_all();
         continue;  // a completion may have queued a retry
+      }
+      if (!deferred.empty()) {
+        std::vector<std::function<void()>> tasks = std::move(deferred);
+        deferred.clear();
+        lock.unlock();
+        for (auto& task : tasks) task();
+        tasks.clear();
+        lock.lock();
+        continue;  // a task may have started transfers
       }
       long wait_ms = kMaxIdleWaitMs;
       long curl_ms = -1;
@@ -340,7 +354,7 @@ struct HttpClient::Impl {
   void resume() {
     std::lock_guard lock(mutex);
     paused = false;
-    if (!pending.empty() || !active.empty()) ensure_thread();
+    if (!pending.empty() || !active.empty() || !deferred.empty()) ensure_thread();
   }
 };
 
@@ -414,6 +428,17 @@ std::uint64_t HttpClient::start(HttpRequest request, BodySink sink, Completion d
   impl_->ensure_thread();
   if (impl_->multi != nullptr) curl_multi_wakeup(impl_->multi);
   return id;
+}
+
+void HttpClient::defer(std::function<void()> task) {
+  if (std::this_thread::get_id() == impl_->driver.load() && impl_->in_sinks) {
+    impl_->deferred.push_back(std::move(task));  // from a sink: this thread holds the lock
+    return;
+  }
+  std::lock_guard lock(impl_->mutex);
+  impl_->deferred.push_back(std::move(task));
+  impl_->ensure_thread();
+  if (impl_->multi != nullptr) curl_multi_wakeup(impl_->multi);
 }
 
 void HttpClient::cancel(std::uint64_t id) {

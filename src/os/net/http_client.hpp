@@ -8,8 +8,9 @@
 //
 // Who calls what: start(), cancel() and perform() from any thread (not from a sink). A sink runs
 // on the client's thread with the client's lock held: it must be quick (a pwrite, a counter)
-// and must not call the client. A completion runs on the client's thread without the lock and
-// may start() again (a retry).
+// and must not call the client but for defer(), which runs a task after the sinks' round. A
+// completion (and a deferred task) runs on the client's thread without the lock and may
+// start() again (a retry).
 #pragma once
 
 #include <chrono>
@@ -75,6 +76,10 @@ class HttpClient {
   // not run (called from a completion on the client's thread, it does not wait for that
   // completion itself). Unknown or finished ids are ignored.
   void cancel(std::uint64_t id);
+  // Runs `task` on the client's thread, without the lock, soon: from a sink, once the current
+  // round of sinks has ended (what a sink that must start or cancel a transfer calls); from
+  // any other thread, at the thread's next turn.
+  void defer(std::function<void()> task);
   // start() and wait for the completion. Blocks (curl's timeouts bound it).
   HttpResponse perform(HttpRequest request, BodySink sink = {});
 

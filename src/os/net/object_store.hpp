@@ -104,6 +104,9 @@ class ObjectStore {
                             TransferCounters* counters = nullptr);
   // When it returns, the fetch's sink and done are not running and will not run.
   void cancel_range(std::uint64_t id);
+  // Runs `task` on the client's thread soon (HttpClient::defer): how a range sink starts or
+  // cancels fetches, which it may not do itself.
+  static void defer(std::function<void()> task) { client().defer(std::move(task)); }
 
   // The request for one try at `url` (signed now, for S3). For tests and the bench's naive
   // clients.
