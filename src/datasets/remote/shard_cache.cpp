@@ -747,14 +747,15 @@ void ShardCache::pump() {
       // From each reader's part on, one part each in turn; then, when no reader waits, the
       // rest in order.
       std::vector<std::size_t> cursor = head ? starving : anchors;
+      // A part that runs already is its reader's turn, so each waiting reader gets its share.
       for (bool more = true; more && room();) {
         more = false;
         for (std::size_t& c : cursor) {
-          while (c < n && d->parts[c].state != Download::Part::kWaiting) ++c;
-          if (c < n && room()) {
-            start(c);
-            more = true;
-          }
+          while (c < n && d->parts[c].state == Download::Part::kDone) ++c;
+          if (c >= n || !room()) continue;
+          if (d->parts[c].state == Download::Part::kWaiting) start(c);
+          ++c;
+          more = true;
         }
       }
       if (head) break;
