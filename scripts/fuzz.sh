@@ -54,6 +54,8 @@ cmake -S . -B build/fuzz -DCMAKE_CXX_COMPILER="$clang" -DSTOKER_BUILD_FUZZ=ON \
 cmake --build build/fuzz -j 2 --target "${targets[@]}"
 
 mkdir -p build/fuzz/artifacts
+# UBSan's findings end the run as ASan's do (its checks are built recoverable).
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 failed=()
 for t in "${targets[@]}"; do
   work="$probe/$t"
