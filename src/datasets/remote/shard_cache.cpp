@@ -545,7 +545,11 @@ std::shared_ptr<CacheHold> ShardCache::acquire(const RemoteFile& file, Need need
     if (header == nullptr) continue;
     if (auto hold = follow(file, path, std::move(follow_fd), header, counters)) {
       // Another process's download: it sees the offset at its next bytes (Download::write).
-      if (need == Need::kNow && !hold->complete()) hold->want(from);
+      if (need == Need::kNow && !hold->complete()) {
+        hold->want(from);
+        hold->counted_foreign_ = true;
+        foreign_now_.fetch_add(1, std::memory_order_relaxed);
+      }
       return hold;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -731,9 +735,11 @@ void ShardCache::pump() {
         if (d->parts[p].state != Download::Part::kDone) starving.push_back(p);
       }
       const bool head = (d->need == Need::kNow || published) && n > 1 && !starving.empty();
-      const std::size_t cap = head
-                                  ? std::min(options_.parts_in_flight, kHeadParts * starving.size())
-                                  : options_.parts_in_flight;
+      std::size_t cap = head ? std::min(options_.parts_in_flight, kHeadParts * starving.size())
+                             : options_.parts_in_flight;
+      if (!head && d->need == Need::kAhead && foreign_now_.load(std::memory_order_relaxed) > 0) {
+        cap = std::min(cap, kHeadParts);  // a reader here waits on another process's download
+      }
       const auto room = [&] {
         return parts_running_ < options_.parts_in_flight && d->running < cap && d->waiting > 0;
       };
@@ -893,6 +899,7 @@ void ShardCache::fail(const std::shared_ptr<Download>& d, std::exception_ptr err
 // Holds
 
 CacheHold::~CacheHold() {
+  stop_counting_foreign();
   drop_want();
   unmap_entry_header(header_);
 }
@@ -918,6 +925,14 @@ void CacheHold::want(std::uint64_t pos) noexcept {
   if (want_slot_ < 0) return;  // all slots taken: the parts come in order
   want_value_ = value;
   header_->want_seq.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void CacheHold::stop_counting_foreign() noexcept {
+  if (!counted_foreign_) return;
+  counted_foreign_ = false;
+  // The read-ahead's cap goes at its next part's end (pump() is not called here: a hold can
+  // end in a fork()ed child, whose copy of this cache must start nothing).
+  cache_->foreign_now_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void CacheHold::drop_want() noexcept {
@@ -978,6 +993,7 @@ void CacheHold::wait_range(std::uint64_t pos, std::uint64_t end, bool whole) {
     const bool same_generation = header_->generation.load(std::memory_order_acquire) == generation_;
     if (same_generation && state == EntryHeader::kComplete) {
       complete_ = true;
+      stop_counting_foreign();
       break;
     }
     // The last bytes count only once the entry is published (verified, renamed): a reader of
@@ -1014,6 +1030,7 @@ void CacheHold::wait_range(std::uint64_t pos, std::uint64_t end, bool whole) {
     // The downloader went away (another process, killed or failed): claim the entry again; this
     // process may become its downloader. The bytes already read stay valid (the same shard).
     drop_want();
+    stop_counting_foreign();
     std::shared_ptr<CacheHold> again = cache_->acquire(file_, Need::kNow, nullptr, {}, pos);
     if (again->download_ != nullptr && again->download_->error) {
       std::rethrow_exception(again->download_->error);
@@ -1028,6 +1045,7 @@ void CacheHold::wait_range(std::uint64_t pos, std::uint64_t end, bool whole) {
     size_ = again->size_;
     want_slot_ = std::exchange(again->want_slot_, -1);
     want_value_ = again->want_value_;
+    counted_foreign_ = std::exchange(again->counted_foreign_, false);
     if (complete_) break;
     end = std::min(end, size_);
   }

@@ -164,6 +164,8 @@ class CacheHold {
   std::shared_ptr<Download> download_;
   int want_slot_ = -1;  // the header's `want` slot this reader set (-1: none)
   std::uint64_t want_value_ = 0;
+  bool counted_foreign_ = false;  // counted in ShardCache::foreign_now_
+  void stop_counting_foreign() noexcept;
 
   // wait_for() and wait_from(): until [pos, end) can be read, and for end = size() with
   // `whole`, until the entry is complete.
@@ -244,6 +246,9 @@ class ShardCache : public std::enable_shared_from_this<ShardCache> {
   std::mutex mutex_;
   std::vector<std::shared_ptr<Download>> downloads_;  // this process's, in priority order
   std::size_t parts_running_ = 0;
+  // Holds a reader needs now of downloads another process runs: while there are any, this
+  // process's read-ahead starts at most kHeadParts parts at once, leaving the link to them.
+  std::atomic<std::size_t> foreign_now_{0};
 };
 
 // Maps the EntryHeader of an open lock file (made 4 KiB long); nullptr and errno on failure.
