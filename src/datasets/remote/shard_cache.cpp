@@ -710,7 +710,7 @@ void ShardCache::pump() {
   {
     std::lock_guard lock(mutex_);
     for (const auto& d : downloads_) {
-      if (d->failed || d->waiting == 0) continue;
+      if (d->failed) continue;
       const std::size_t n = d->parts.size();
       // Where its readers are: the parts holding the offsets they published (EntryHeader::want),
       // or, for a shard read now that has none, its first part.
@@ -735,6 +735,10 @@ void ShardCache::pump() {
         if (d->parts[p].state != Download::Part::kDone) starving.push_back(p);
       }
       const bool head = (d->need == Need::kNow || published) && n > 1 && !starving.empty();
+      if (d->waiting == 0) {
+        if (head) break;  // all its parts run: still nothing else until its readers' are in
+        continue;
+      }
       std::size_t cap = head ? std::min(options_.parts_in_flight, kHeadParts * starving.size())
                              : options_.parts_in_flight;
       if (!head && d->need == Need::kAhead && foreign_now_.load(std::memory_order_relaxed) > 0) {
