@@ -5,6 +5,7 @@
 // truncated bodies never taken as complete, 403/404/bad credentials/no such bucket at once,
 // expired credentials re-read, and the last attempt's error naming URL, attempts and cause.
 #include <chrono>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -103,6 +104,64 @@ TEST_CASE("Each ranged fetch completes once, however soon the server answers", "
   const std::lock_guard lock(tally->mutex);
   CHECK(tally->wrong == 0);
   CHECK(tally->calls == std::vector<int>(kFetches, 1));
+}
+
+TEST_CASE(
+    "A sink's deferred task runs on the client's thread after the sinks and may start a fetch",
+    "[remote][http]") {
+  // How a download learns of a reader's new want at its next bytes (ShardCache): the sink may
+  // not start a transfer itself (it holds the client's lock), so it defers the start. Inline,
+  // the task's fetch_range() would wait for that lock forever: the wait below is bounded.
+  const RemoteServers& s = RemoteServers::get();
+  const std::string data = pattern_bytes(256 << 10, 8);
+  const std::string url = s.http(put_www(unique_key("deferred.bin"), data));
+  ObjectStore store(quick());
+  struct Seen {
+    std::mutex mutex;
+    int tasks = 0;
+    std::thread::id task_thread;
+    std::string second;
+  };
+  auto seen = std::make_shared<Seen>();
+  auto second_done = std::make_shared<std::promise<std::exception_ptr>>();
+  auto deferred = std::make_shared<bool>(false);     // the first sink call's thread only
+  const Fetched first = fetch(store, url, 0, 1000);  // a warm connection
+  REQUIRE_FALSE(first.error);
+  std::promise<std::exception_ptr> first_done;
+  store.fetch_range(
+      url, 0, data.size(), "",
+      [&store, &url, seen, second_done, deferred](std::uint64_t, std::span<const std::byte>,
+                                                  std::string&) {
+        if (*deferred) return true;
+        *deferred = true;
+        ObjectStore::defer([&store, &url, seen, second_done] {
+          {
+            const std::lock_guard lock(seen->mutex);
+            ++seen->tasks;
+            seen->task_thread = std::this_thread::get_id();
+          }
+          store.fetch_range(
+              url, 1000, 2000, "",
+              [seen](std::uint64_t, std::span<const std::byte> bytes, std::string&) {
+                const std::lock_guard lock(seen->mutex);
+                seen->second.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+                return true;
+              },
+              [second_done](std::exception_ptr error) { second_done->set_value(error); });
+        });
+        return true;
+      },
+      [&first_done](std::exception_ptr error) { first_done.set_value(error); });
+  auto second = second_done->get_future();
+  REQUIRE(second.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK_FALSE(second.get());
+  auto whole = first_done.get_future();
+  REQUIRE(whole.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK_FALSE(whole.get());
+  const std::lock_guard lock(seen->mutex);
+  CHECK(seen->tasks == 1);
+  CHECK(seen->task_thread != std::this_thread::get_id());
+  CHECK(seen->second == data.substr(1000, 1000));
 }
 
 TEST_CASE("HTTPS with a certificate nobody vouches for fails at once, naming the fix",

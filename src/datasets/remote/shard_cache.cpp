@@ -954,14 +954,20 @@ bool CacheHold::complete() const noexcept {
 
 std::uint64_t CacheHold::available() const noexcept { return readable_from(0); }
 
+std::uint64_t CacheHold::tracked_part_size() const noexcept {
+  // A version-1 downloader (an older stoker on this machine) publishes the prefix only.
+  return header_ != nullptr && header_->version >= 2
+             ? header_->part_size.load(std::memory_order_acquire)
+             : 0;
+}
+
 std::uint64_t CacheHold::readable_from(std::uint64_t pos) const noexcept {
   if (complete()) return size_;
   if (header_ == nullptr || pos >= size_) return std::min(pos, size_);
   if (header_->generation.load(std::memory_order_acquire) != generation_) return pos;
   std::uint64_t at =
       std::max(pos, std::min(size_, header_->contiguous.load(std::memory_order_acquire)));
-  const std::uint64_t part_size =
-      header_->version >= 2 ? header_->part_size.load(std::memory_order_acquire) : 0;
+  const std::uint64_t part_size = tracked_part_size();
   while (part_size != 0 && at < size_) {
     const std::uint64_t p = at / part_size;
     if (p >= EntryHeader::kTrackedParts) break;
@@ -979,9 +985,7 @@ std::uint64_t CacheHold::readable_from(std::uint64_t pos) const noexcept {
 void CacheHold::wait_for(std::uint64_t end) { wait_range(0, end, true); }
 
 void CacheHold::wait_from(std::uint64_t pos, std::uint64_t end) {
-  const std::uint64_t part_size = header_ != nullptr && header_->version >= 2
-                                      ? header_->part_size.load(std::memory_order_acquire)
-                                      : 0;
+  const std::uint64_t part_size = tracked_part_size();
   if (part_size != 0) end = std::min(end, (pos / part_size + 1) * part_size);
   wait_range(pos, std::max(end, pos + 1), false);
 }

@@ -170,6 +170,8 @@ class CacheHold {
   // wait_for() and wait_from(): until [pos, end) can be read, and for end = size() with
   // `whole`, until the entry is complete.
   void wait_range(std::uint64_t pos, std::uint64_t end, bool whole);
+  // The download's part size when its header has per-part progress, else 0.
+  std::uint64_t tracked_part_size() const noexcept;
   void drop_want() noexcept;
 };
 
