@@ -68,28 +68,36 @@ std::vector<std::pair<std::optional<net::ObjectInfo>, std::exception_ptr>> Remot
 }
 
 void RemoteSource::stat_all(const std::vector<std::string>& urls) {
-  std::vector<std::string> unknown;
-  for (const std::string& u : urls) {
-    if (net::is_remote(u) && !size_of(u)) unknown.push_back(u);
-  }
-  auto answers = head_all(unknown);
-  for (std::size_t i = 0; i < unknown.size(); ++i) {
-    if (answers[i].second) std::rethrow_exception(answers[i].second);
-    learn(unknown[i], answers[i].first->size, std::move(answers[i].first->etag));
-  }
+  (void)stat_and_probe(urls, {});
 }
 
 std::vector<bool> RemoteSource::exists_all(const std::vector<std::string>& urls) {
+  return stat_and_probe({}, urls);
+}
+
+std::vector<bool> RemoteSource::stat_and_probe(const std::vector<std::string>& must,
+                                               const std::vector<std::string>& maybe) {
+  std::vector<std::string> urls;
+  for (const std::string& u : must) {
+    if (net::is_remote(u) && !size_of(u)) urls.push_back(u);
+  }
+  const std::size_t musts = urls.size();
+  urls.insert(urls.end(), maybe.begin(), maybe.end());
   auto answers = head_all(urls);
-  std::vector<bool> out(urls.size());
-  for (std::size_t i = 0; i < urls.size(); ++i) {
-    if (answers[i].first) {
-      learn(urls[i], answers[i].first->size, std::move(answers[i].first->etag));
+  for (std::size_t i = 0; i < musts; ++i) {
+    if (answers[i].second) std::rethrow_exception(answers[i].second);
+    learn(urls[i], answers[i].first->size, std::move(answers[i].first->etag));
+  }
+  std::vector<bool> out(maybe.size());
+  for (std::size_t i = 0; i < maybe.size(); ++i) {
+    auto& [info, error] = answers[musts + i];
+    if (info) {
+      learn(maybe[i], info->size, std::move(info->etag));
       out[i] = true;
       continue;
     }
     try {
-      std::rethrow_exception(answers[i].second);
+      std::rethrow_exception(error);
     } catch (const RemoteError& e) {
       if (e.status() != 404 || e.details().server_code == "NoSuchBucket") throw;
     }

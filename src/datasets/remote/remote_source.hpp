@@ -41,6 +41,10 @@ class RemoteSource {
   // Main process: whether each URL exists (HEAD; 404 is false), learning the sizes of those
   // that do. Throws RemoteError for other failures.
   std::vector<bool> exists_all(const std::vector<std::string>& urls);
+  // stat_all(`must`) and exists_all(`maybe`) in one round of HEADs; throws the first failure
+  // of `must` before any of `maybe`'s.
+  std::vector<bool> stat_and_probe(const std::vector<std::string>& must,
+                                   const std::vector<std::string>& maybe);
   // Main process, before forking: the check every complete download of `url` passes before it
   // is kept (MDS: the sample count and the index's hash); `token` names it (a new token checks
   // a cached copy again).

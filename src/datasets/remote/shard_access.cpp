@@ -20,7 +20,16 @@ constexpr std::size_t kFrameMtimeAt = 24;
 ShardAccess::ShardAccess(std::shared_ptr<RemoteSource> remote, const ShardOptions& options,
                          const std::vector<std::string>& names)
     : remote_(std::move(remote)), index_dir_(options.index_dir), write_index_(options.write_index) {
-  if (remote_ != nullptr) remote_->stat_all(names);
+  if (remote_ == nullptr) return;
+  for (const std::string& name : names) {
+    if (net::is_remote(name)) unstated_.push_back(name);
+  }
+}
+
+void ShardAccess::learn_sizes() const {
+  if (unstated_.empty()) return;
+  remote_->stat_all(unstated_);
+  unstated_.clear();
 }
 
 void ShardAccess::prefetch_indexes(const std::vector<std::string>& names, std::string_view suffix) {
@@ -33,8 +42,11 @@ void ShardAccess::prefetch_indexes(const std::vector<std::string>& names, std::s
     }
     urls.push_back(net::append_to_name(name, std::string(suffix) + ".idx"));
   }
-  if (urls.size() < 2) return;                                 // nothing to overlap
-  const std::vector<bool> exists = remote_->exists_all(urls);  // learns their sizes
+  if (urls.empty()) return;
+  // The shards' HEADs and their index files' in one round: sizes of both, and which indexes
+  // the server has.
+  const std::vector<bool> exists = remote_->stat_and_probe(unstated_, urls);
+  unstated_.clear();
   for (std::size_t i = 0; i < urls.size(); ++i) {
     prefetched_[urls[i]] = exists[i] ? remote_->acquire(urls[i], Need::kNow) : nullptr;
   }
@@ -42,6 +54,7 @@ void ShardAccess::prefetch_indexes(const std::vector<std::string>& names, std::s
 
 ShardStat ShardAccess::stat(const std::string& name, std::string_view who) const {
   if (!net::is_remote(name)) return stat_shard(name, who);
+  learn_sizes();
   ShardStat s;
   s.regular = true;
   s.size = remote_->size_of(name).value_or(0);
@@ -93,6 +106,7 @@ void ShardAccess::save_index(const std::string& name, std::string_view suffix,
 
 std::unique_ptr<StreamSource> ShardAccess::open(const std::string& name, std::uint64_t offset,
                                                 std::string_view who) const {
+  if (remote_ != nullptr) learn_sizes();
   return open_stream_source(name, offset, who, remote_.get());
 }
 

@@ -25,7 +25,8 @@ namespace stoker::detail {
 class ShardAccess {
  public:
   // Main process. `remote` is the dataset's source (nullptr when no shard is remote); it
-  // learns the sizes of `names` (HEADs, several at once) here.
+  // learns the sizes of the remote `names` (HEADs, several at once) with prefetch_indexes()'s
+  // HEADs, or else when the first of them is stat()ed or opened.
   ShardAccess(std::shared_ptr<RemoteSource> remote, const ShardOptions& options,
               const std::vector<std::string>& names);
 
@@ -35,9 +36,10 @@ class ShardAccess {
   ShardStat stat(const std::string& name, std::string_view who) const;
   // Main process: starts fetching the index files on the server ("<url><suffix>.idx") of the
   // remote `names` that have no index in the cache, all at once, for load_index() to take:
-  // one round of HEADs and one of GETs for every shard, where load_index() alone takes two
-  // round trips a shard, one shard after another. Throws RemoteError as a HEAD fails (a 404
-  // means the server has no such index).
+  // one round of HEADs (the shards' own among them) and one of GETs for every shard, where
+  // load_index() alone takes two round trips a shard, one shard after another. Throws
+  // RemoteError as a HEAD fails (a shard's first; a 404 for an index means the server has
+  // none).
   void prefetch_indexes(const std::vector<std::string>& names, std::string_view suffix);
   // The payload of a valid index for `name` + `suffix` (index_path(name + suffix) locally).
   std::optional<std::vector<std::byte>> load_index(const std::string& name, std::string_view suffix,
@@ -53,10 +55,13 @@ class ShardAccess {
 
  private:
   std::string local_index_path(const std::string& name, std::string_view suffix) const;
+  // HEADs of the remote shards whose sizes are not known yet (RemoteSource::stat_all).
+  void learn_sizes() const;
 
   std::shared_ptr<RemoteSource> remote_;
   std::string index_dir_;
   bool write_index_ = true;
+  mutable std::vector<std::string> unstated_;  // remote shards not HEADed yet
   // prefetch_indexes(): by index URL, the download started, or nullptr where the server has
   // none; load_index() takes each out.
   mutable std::map<std::string, std::shared_ptr<CacheHold>> prefetched_;

@@ -279,6 +279,11 @@ std::shared_ptr<ShardCache> ShardCache::process(const RemoteOptions& options) {
           errno));
     }
     slot = std::make_shared<ShardCache>(options, dir);
+    // A reader of another process may ask for a part of a download here before its first
+    // bytes come (Download::write sees new offsets only as bytes arrive).
+    net::ObjectStore::watch([weak = std::weak_ptr<ShardCache>(slot)] {
+      if (auto cache = weak.lock()) cache->check_wants();
+    });
   }
   return slot;
 }
@@ -793,6 +798,21 @@ void ShardCache::pump() {
     std::lock_guard lock(mutex_);
     if (d->parts[index].state == Download::Part::kRunning) d->parts[index].fetch = id;
   }
+}
+
+void ShardCache::check_wants() {
+  bool changed = false;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& d : downloads_) {
+      const std::uint32_t seq = d->header->want_seq.load(std::memory_order_acquire);
+      if (seq != d->seen_want_seq) {
+        d->seen_want_seq = seq;
+        changed = true;
+      }
+    }
+  }
+  if (changed) pump();
 }
 
 void ShardCache::part_done(const std::shared_ptr<Download>& d, std::size_t part,

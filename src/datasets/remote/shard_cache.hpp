@@ -238,6 +238,9 @@ class ShardCache : public std::enable_shared_from_this<ShardCache> {
   // Starts parts while this process has fewer than parts_in_flight running: first those that
   // hold the offsets readers wait for (EntryHeader::want), and the parts after them.
   void pump();
+  // The client's watch: pump() when a reader (of any process) has published a new offset for
+  // one of this process's downloads since they last looked.
+  void check_wants();
   void part_done(const std::shared_ptr<Download>& d, std::size_t part, std::exception_ptr error);
   void finish(const std::shared_ptr<Download>& d);
   void fail(const std::shared_ptr<Download>& d, std::exception_ptr error);

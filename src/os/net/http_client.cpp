@@ -25,6 +25,8 @@ namespace {
 constexpr std::size_t kMaxErrorBody = 64 * 1024;
 constexpr long kReceiveBuffer = 256 * 1024;  // CURLOPT_BUFFERSIZE: fewer, larger sink calls
 constexpr long kMaxIdleWaitMs = 1000;
+// How often watch()'s checks run while transfers are active.
+constexpr auto kWatchEvery = std::chrono::milliseconds(2);
 
 struct Transfer {
   std::uint64_t id = 0;
@@ -140,6 +142,8 @@ struct HttpClient::Impl {
   std::atomic<std::thread::id> driver;  // the thread's id while it runs
   bool in_sinks = false;  // the driver runs curl_multi_perform (its sinks), holding the lock
   std::vector<std::function<void()>> deferred;  // defer()'s tasks
+  std::vector<std::function<void()>> watches;   // watch()'s checks
+  std::chrono::steady_clock::time_point next_watch;
   bool thread_running = false;
   bool paused = false;  // around fork(): no thread may start
 
@@ -321,6 +325,20 @@ struct HttpClient::Impl {
         continue;  // a task may have started transfers
       }
       long wait_ms = kMaxIdleWaitMs;
+      if (!active.empty() && !watches.empty()) {
+        const auto at = std::chrono::steady_clock::now();
+        if (at >= next_watch) {
+          next_watch = at + kWatchEvery;
+          std::vector<std::function<void()>> checks = watches;  // a check may add one
+          lock.unlock();
+          for (auto& check : checks) check();
+          checks.clear();
+          lock.lock();
+          continue;  // a check may have started transfers
+        }
+        wait_ms = std::min<long>(
+            wait_ms, std::chrono::ceil<std::chrono::milliseconds>(next_watch - at).count());
+      }
       long curl_ms = -1;
       curl_multi_timeout(multi, &curl_ms);
       if (curl_ms >= 0) wait_ms = std::min(wait_ms, curl_ms);
@@ -439,6 +457,11 @@ void HttpClient::defer(std::function<void()> task) {
   impl_->deferred.push_back(std::move(task));
   impl_->ensure_thread();
   if (impl_->multi != nullptr) curl_multi_wakeup(impl_->multi);
+}
+
+void HttpClient::watch(std::function<void()> check) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->watches.push_back(std::move(check));
 }
 
 void HttpClient::cancel(std::uint64_t id) {

@@ -80,6 +80,11 @@ class HttpClient {
   // round of sinks has ended (what a sink that must start or cancel a transfer calls); from
   // any other thread, at the thread's next turn.
   void defer(std::function<void()> task);
+  // Runs `check` on the client's thread, without the lock, every few milliseconds while
+  // transfers are active, for the life of this process's client: what no sink sees between
+  // bytes (a reader in another process asking for a part before any byte has come). It may
+  // start or cancel transfers.
+  void watch(std::function<void()> check);
   // start() and wait for the completion. Blocks (curl's timeouts bound it).
   HttpResponse perform(HttpRequest request, BodySink sink = {});
 

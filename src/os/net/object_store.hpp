@@ -107,6 +107,9 @@ class ObjectStore {
   // Runs `task` on the client's thread soon (HttpClient::defer): how a range sink starts or
   // cancels fetches, which it may not do itself.
   static void defer(std::function<void()> task) { client().defer(std::move(task)); }
+  // Runs `check` on the client's thread every few milliseconds while fetches run
+  // (HttpClient::watch).
+  static void watch(std::function<void()> check) { client().watch(std::move(check)); }
 
   // The request for one try at `url` (signed now, for S3). For tests and the bench's naive
   // clients.
