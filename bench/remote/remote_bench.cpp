@@ -59,7 +59,10 @@ constexpr const char* kUsage =
     "  --record-samples N samples the one-GET-per-record client reads (default 512)\n"
     "  --clients LIST     of local,s3,http,record,shard (default all)\n"
     "  --scratch DIR      the cache directory (default /tmp/stoker-remote-bench)\n"
-    "  --trace DIR        each proxy's request timeline (fault_proxy --trace) into DIR\n";
+    "  --trace DIR        each proxy's request timeline (fault_proxy --trace) into DIR\n"
+    "  --part-sizes LIST  RemoteOptions::part_size values in MiB to sweep (default: the default)\n"
+    "  --parts-in-flight LIST  RemoteOptions::parts_in_flight values to sweep (default: the\n"
+    "                     default); s3 and http run once for each pair of the two lists\n";
 
 [[noreturn]] void usage_error(const std::string& what) {
   std::fprintf(stderr, "remote_bench: %s\n%s", what.c_str(), kUsage);
@@ -338,6 +341,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> clients = {"local", "s3", "http", "record", "shard"};
   std::string scratch = "/tmp/stoker-remote-bench";
   std::string trace_dir;
+  std::vector<std::uint64_t> part_sizes = {stoker::RemoteOptions{}.part_size};
+  std::vector<std::size_t> parts_in_flight = {stoker::RemoteOptions{}.parts_in_flight};
+  bool sweep = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     auto value = [&]() -> std::string {
@@ -365,6 +371,18 @@ int main(int argc, char** argv) {
       scratch = value();
     } else if (flag == "--trace") {
       trace_dir = value();
+    } else if (flag == "--part-sizes") {
+      part_sizes.clear();
+      for (const std::string& v : split(value(), ',')) {
+        part_sizes.push_back(static_cast<std::uint64_t>(std::atof(v.c_str()) * (1 << 20)));
+      }
+      sweep = true;
+    } else if (flag == "--parts-in-flight") {
+      parts_in_flight.clear();
+      for (const std::string& v : split(value(), ',')) {
+        parts_in_flight.push_back(static_cast<std::size_t>(std::atoi(v.c_str())));
+      }
+      sweep = true;
     } else {
       usage_error("unknown option " + flag);
     }
@@ -478,10 +496,24 @@ int main(int argc, char** argv) {
         s3_urls.push_back(fmt::format("s3://{}/bench/{}", bucket, leaf));
         http_urls.push_back(fmt::format("http://127.0.0.1:{}/bench/{}", http.port(), leaf));
       }
-      if (!trace_dir.empty()) std::fprintf(stderr, "trace: s3 proxy at %.1f ms\n", s3.ms());
-      if (wanted("s3")) run_stoker("s3", s3_urls, s3o, latency);
-      if (!trace_dir.empty()) std::fprintf(stderr, "trace: http proxy at %.1f ms\n", http.ms());
-      if (wanted("http")) run_stoker("http", http_urls, base, latency);
+      for (const std::uint64_t part_size : part_sizes) {
+        for (const std::size_t in_flight : parts_in_flight) {
+          stoker::RemoteOptions s3p = s3o;
+          stoker::RemoteOptions httpp = base;
+          s3p.part_size = httpp.part_size = part_size;
+          s3p.parts_in_flight = httpp.parts_in_flight = in_flight;
+          if (sweep) {
+            std::printf("  parts of %.2f MiB, %zu in flight:\n",
+                        static_cast<double>(part_size) / (1 << 20), in_flight);
+          }
+          if (!trace_dir.empty()) std::fprintf(stderr, "trace: s3 proxy at %.1f ms\n", s3.ms());
+          if (wanted("s3")) run_stoker("s3", s3_urls, s3p, latency);
+          if (!trace_dir.empty()) {
+            std::fprintf(stderr, "trace: http proxy at %.1f ms\n", http.ms());
+          }
+          if (wanted("http")) run_stoker("http", http_urls, httpp, latency);
+        }
+      }
       if (wanted("local")) run_local();  // interleaved: the machine's state now
       if (wanted("record")) {
         Result r{"record", latency};

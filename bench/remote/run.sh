@@ -8,7 +8,10 @@
 #
 #   bench/remote/run.sh [--images N] [--workers W] [--latencies 0,20,100] [--build DIR]
 #                       [--clients local,s3,http,record,shard] [--trace DIR]
+#                       [--part-sizes MIB,...] [--parts-in-flight N,...]
 # --trace DIR keeps each proxy's request timeline (fault_proxy --trace) in DIR.
+# --part-sizes / --parts-in-flight sweep RemoteOptions::part_size and parts_in_flight: s3 and
+# http run once for each pair.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 images=2600
@@ -24,8 +27,9 @@ while [ $# -gt 0 ]; do
     --build) build=$2; shift 2 ;;
     --clients) extra+=(--clients "$2"); shift 2 ;;
     --trace) mkdir -p "$2"; extra+=(--trace "$2"); shift 2 ;;
+    --part-sizes|--parts-in-flight) extra+=("$1" "$2"); shift 2 ;;
     *) echo "usage: bench/remote/run.sh [--images N] [--workers W] [--latencies L]" \
-         "[--build DIR] [--clients C] [--trace DIR]" >&2
+         "[--build DIR] [--clients C] [--trace DIR] [--part-sizes L] [--parts-in-flight L]" >&2
        exit 2 ;;
   esac
 done

@@ -58,9 +58,10 @@ struct RemoteOptions {
   // holds are evicted, least recently used first, to make room. 0: no limit but the disk's.
   std::uint64_t cache_limit = 0;
   // A download is split into ranged GETs of part_size bytes, up to parts_in_flight of them at
-  // once per process (over all the shards it downloads). The defaults keep 64 MiB in flight
-  // (one 100 ms round trip at about 5 Gbit/s); they are not yet from a measured sweep.
-  std::uint64_t part_size = std::uint64_t{8} << 20;
+  // once per process (over all the shards it downloads). The defaults are from a sweep of
+  // bench/remote at 20 and 100 ms round trips (docs/remote.md, "Part size and parts in
+  // flight"); they keep 128 MiB in flight per process.
+  std::uint64_t part_size = std::uint64_t{16} << 20;
   std::size_t parts_in_flight = 8;
   // Streaming: how far ahead of the shard being read the next shards of the same stream are
   // fetched, in shards, and at most this many bytes (0: no byte bound). Bounded as well by

@@ -18,7 +18,7 @@ void RemoteOptions::validate() const {
   if (part_size < (std::uint64_t{64} << 10)) {
     throw std::invalid_argument(fmt::format(
         "RemoteOptions::part_size: {} bytes is below the smallest part, 64 KiB; use at least "
-        "65536 (the default is 8 MiB)",
+        "65536 (the default is 16 MiB)",
         part_size));
   }
   if (parts_in_flight == 0) {
