@@ -29,6 +29,16 @@ def main():
     images = os.path.join(args.dir, "images")
     for k in range(10):
         os.makedirs(os.path.join(images, f"class_{k}"), exist_ok=True)
+    # A call with more images before this one left images this one must not have, and its
+    # marker, which would now be wrong.
+    for name in os.listdir(args.dir):
+        if name.startswith(".done-"):
+            os.remove(os.path.join(args.dir, name))
+    for k in range(10):
+        folder = os.path.join(images, f"class_{k}")
+        for name in os.listdir(folder):
+            if name.startswith("img_") and int(name[4:9]) >= args.images:
+                os.remove(os.path.join(folder, name))
     for i in range(args.images):
         w, h = (int(v) for v in rng.integers(256, 501, size=2))
         coarse = rng.integers(0, 256, size=(6, 6, 3), dtype=np.uint8)

@@ -42,7 +42,8 @@ scripts/npm_deps.sh
 data=bench/compare/data
 /usr/bin/python3 bench/compare/gen_data.py "$data" --images "$images" --tokens 1000
 out=$data/remote-shards
-if [ ! -f "$out/.done-$images" ]; then
+# Packed again when the images were made again (gen_data.py's marker is newer).
+if [ ! -f "$out/.done-$images" ] || [ "$data/.done-$images-1000" -nt "$out/.done-$images" ]; then
   rm -rf "$out" && mkdir -p "$out"
   "$build/tools/stoker-shard" --images "$data/images" --output "$out/train-%04d.tar" \
     --shard-size 64M --shuffle --seed 1

@@ -5,9 +5,12 @@
 // truncated bodies never taken as complete, 403/404/bad credentials/no such bucket at once,
 // expired credentials re-read, and the last attempt's error naming URL, attempts and cause.
 #include <chrono>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +24,7 @@
 #include "stoker/remote.hpp"
 #include "support/env.hpp"
 #include "support/error_message.hpp"
+#include "support/files.hpp"
 
 using namespace stoker;
 using namespace stoker::detail::net;
@@ -65,6 +69,42 @@ TEST_CASE("HTTP and HTTPS: ranged GETs and HEAD from nginx over one reused clien
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   CHECK_FALSE(HttpClient::process().thread_running_approx());
+}
+
+TEST_CASE("Ranged GETs one after another keep their connection", "[remote][http]") {
+  // A part that ends with its range must leave its connection open for the next one: a new
+  // connection costs a round trip (two more for TLS) a part on a real link. The proxy's trace
+  // names the connection of each request.
+  const RemoteServers& s = RemoteServers::get();
+  const std::string data = pattern_bytes(1 << 20, 3);
+  const std::string name = put_www(unique_key("reuse.bin"), data);
+  TempDir scratch("reuse");
+  const std::string trace = scratch.path + "/trace.log";
+  FaultProxy proxy(s.http_port, {"--trace", trace});
+  ObjectStore store(quick());
+  const std::string url = fmt::format("http://127.0.0.1:{}/{}", proxy.port(), name);
+  constexpr std::uint64_t kPart = 256 << 10;
+  for (std::uint64_t begin = 0; begin < data.size(); begin += kPart) {
+    const Fetched part = fetch(store, url, begin, begin + kPart);
+    REQUIRE_FALSE(part.error);
+    CHECK(part.bytes == data.substr(begin, kPart));
+  }
+  proxy.stop();
+  std::ifstream in(trace);
+  std::set<int> connections;
+  std::size_t requests = 0;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    double ms = 0;
+    int connection = 0;
+    std::string direction;
+    if (fields >> ms >> connection >> direction && direction == ">") {
+      ++requests;
+      connections.insert(connection);
+    }
+  }
+  CHECK(requests == 4);
+  CHECK(connections.size() == 1);
 }
 
 TEST_CASE("Each ranged fetch completes once, however soon the server answers", "[remote][http]") {

@@ -695,7 +695,10 @@ std::exception_ptr ObjectStore::start_attempt(const std::shared_ptr<RangeFetch>&
           f.next += useful;
           if (f.counters != nullptr) f.counters->bytes.fetch_add(useful, std::memory_order_relaxed);
         }
-        return f.next < f.end;
+        // Bytes past the range (a 200's rest of the object) end the transfer there. A body
+        // that ends with the range ends it by itself: stopping it at its last byte instead
+        // would make libcurl close the connection, and the next part open a new one.
+        return offset + useful == bytes.size();
       },
       [this, fetch](HttpResponse&& response) { finish_attempt(fetch, std::move(response)); },
       not_before);
