@@ -165,6 +165,28 @@ bool LoaderCore::Impl::issue_split_first(EpochPlan& plan) {
   return true;
 }
 
+bool LoaderCore::Impl::issue_first_early(std::uint64_t fork_ns) {
+  // Split, batch 0 is ready a fork, a start-up and half a batch after the last worker's fork;
+  // whole, a start-up and a batch after the first one's, while the others fork. A fork of a
+  // large process (an interpreter with torch: about 2 ms) can outlast a batch of small samples.
+  if (!current || num_workers() < 2 || batch_ns_low == 0 || batch_ns_low >= 2 * fork_ns ||
+      preflight.awaiting_first_batch()) {
+    return false;
+  }
+  EpochPlan& plan = *current;
+  if (plan.issued != 0 || plan.fully_issued() || (!plan.iterable && plan.done[0] != 0)) {
+    return false;
+  }
+  const std::size_t c = pool.channel_of_worker(0);
+  if (!pool.channel(c).running()) return false;
+  const std::optional<std::size_t> s = slot_for(c);
+  if (!s) return false;
+  send_task(c, *s, plan, 0);
+  if (plan.iterable) plan.last_issued[pool.channel(c).position] = 1;
+  ++plan.issued;
+  return true;
+}
+
 void LoaderCore::Impl::issue() {
   if (num_workers() == 0 || pool.running() == 0) return;
   for (EpochPlan* plan = plan_to_issue(); plan != nullptr; plan = plan_to_issue()) {
@@ -222,6 +244,12 @@ bool LoaderCore::Impl::collect() noexcept {
       if (gated[c] != 0) take_first_report(c);  // the report comes before its batch's end
       if (--pool.channel(c).outstanding == 0) idle_since_ns[c] = ring().header(s).end_ns;
       const bool live = live_plan(slots[s].plan) != nullptr;
+      const SlotHeader& header = ring().header(s);
+      if (live && slots[s].part == kWholeBatch && header.status == SlotStatus::kOk &&
+          header.end_ns > header.start_ns) {
+        const std::uint64_t took = header.end_ns - header.start_ns;
+        if (epoch_batch_ns_low == 0 || took < epoch_batch_ns_low) epoch_batch_ns_low = took;
+      }
       slots.set_phase(s, Phase::kIssued, live ? Phase::kReady : Phase::kFree);
       if (collector.enabled() && live && ring().header(s).status == SlotStatus::kOk) {
         collector.on_batch_loaded(pool.channel(c).position, pool.channel(c).process.pid(),

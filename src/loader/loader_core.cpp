@@ -106,6 +106,7 @@ void LoaderCore::Impl::begin_epoch() {
   abandon_current();
   const std::uint64_t epoch = next_epoch;
   const std::size_t n = iterable ? 0 : dataset_size();
+  if (epoch_batch_ns_low != 0) batch_ns_low = std::exchange(epoch_batch_ns_low, 0);
   current = next && next->epoch == epoch && next->dataset_size == n ? std::move(*next)
                                                                     : plan_for(epoch, n);
   next.reset();
@@ -124,7 +125,7 @@ void LoaderCore::Impl::begin_epoch() {
       ensure_ring();
       drop_stale_ready();  // keeps what was prefetched for this plan, now current
       if (num_workers() > 0) {
-        pool.start_all(slots);
+        pool.start_all(slots, [this](std::uint64_t fork_ns) { issue_first_early(fork_ns); });
         last_liveness_check = Clock::now();
       }
     }

@@ -99,6 +99,12 @@ struct LoaderCore::Impl {
   // Per channel, non-zero from the task with report_memory until the worker's own-memory
   // report after it (Channel::private_reported) has been taken.
   std::vector<std::uint8_t> private_pending;
+  // How long a worker takes to load a whole batch when nothing else holds it up, for
+  // issue_first_early(): the fastest whole batch of the last epoch that collected one (0
+  // before), and of this epoch so far. The fastest, not the mean: a fresh iterator's batch 0
+  // runs while the other workers are still starting, not beside them, as the epoch's others do.
+  std::uint64_t batch_ns_low = 0;
+  std::uint64_t epoch_batch_ns_low = 0;
   struct FirstSamples {
     std::optional<std::size_t> bytes;  // the largest first sample
     std::optional<std::size_t> base;   // the largest worker memory after it
@@ -163,6 +169,10 @@ struct LoaderCore::Impl {
   std::optional<std::size_t> slot_for(std::size_t c) const noexcept;
   // A fresh iterator's batch 0, split across the workers when it can be: true when issued so.
   bool issue_split_first(EpochPlan& plan);
+  // Called once worker 0 is forked (in `fork_ns`) and before the others are: batch 0 whole to
+  // it at once, when a batch loads in less than two forks take (batch_ns_low), so the batch
+  // does not wait for the last fork as its split parts would. True when issued so.
+  bool issue_first_early(std::uint64_t fork_ns);
 
   // The plan whose batches are issued next: the current epoch's, then (persistent workers)
   // the following epoch's, so a new epoch's first batches are ready when it starts. Only when

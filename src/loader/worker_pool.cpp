@@ -63,7 +63,8 @@ std::vector<pid_t> WorkerPool::pids_by_worker() const {
   return pids;
 }
 
-void WorkerPool::start_all(SlotTable& slots) {
+void WorkerPool::start_all(SlotTable& slots,
+                           const std::function<void(std::uint64_t fork_ns)>& after_first) {
   if (all_running()) return;
   stop_all(&slots);
   warn_if_multithreaded();
@@ -79,7 +80,9 @@ void WorkerPool::start_all(SlotTable& slots) {
   }
   try {
     for (std::size_t p = 0; p < num_workers_; ++p) {
+      const std::uint64_t before = now_ns();
       spawn_on(p, p, spread.empty() ? -1 : spread[p % spread.size()]);
+      if (p == 0 && after_first) after_first(now_ns() - before);
     }
   } catch (...) {
     stop_all(&slots);

@@ -85,8 +85,10 @@ class WorkerPool {
   // throws, after stopping the ones it had started; issued slots are freed in `slots`.
   // Without bind_workers, two or more workers run their first tasks (the parts of batch 0) on
   // different CPUs, starting with the one after the caller's, then wherever the scheduler
-  // puts them.
-  void start_all(SlotTable& slots);
+  // puts them. `after_first` (when set) runs once worker 0 is forked, before the others are,
+  // with the nanoseconds its fork took.
+  void start_all(SlotTable& slots,
+                 const std::function<void(std::uint64_t fork_ns)>& after_first = {});
   // Forks a worker for id p on channel c (whose previous process, if any, is reaped) and makes
   // c serve p; its first task runs on `first_task_cpu` alone when that is >= 0. Throws
   // stoker::Error when fork fails.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -60,7 +61,8 @@ Copy copy_of(const Batch& b) {
           std::vector<float>(noise, noise + 3 * b.size())};
 }
 
-std::vector<Copy> epoch_of(DataLoader<Counted>& loader) {
+template <class D>
+std::vector<Copy> epoch_of(DataLoader<D>& loader) {
   std::vector<Copy> out;
   for (const Batch& b : loader) {
     REQUIRE(b.indices().size() == b.size());
@@ -111,6 +113,60 @@ TEST_CASE("a fresh iterator's batch 0 is split across the workers and equals one
     }
     for (std::size_t i = 0; i < 40; ++i) REQUIRE(calls[i].load() == 1);  // each sample once
   }
+  STOKER_REQUIRE_CLEAN(baseline);
+}
+
+TEST_CASE(
+    "a later epoch's batch 0 goes whole to worker 0 as soon as it is forked when batches load "
+    "faster than a fork, split when they are slower",
+    "[first_batch]") {
+  // A fork of this test process takes a fraction of a millisecond; Counted loads a batch of 8
+  // in microseconds, Slow in 40 ms. Epoch 0 has no batch timed yet and splits; epoch 1 decides
+  // from epoch 0's fastest batch (issue_first_early).
+  struct Slow : Counted {
+    Sample get(std::size_t i) const {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return Counted::get(i);
+    }
+  };
+  const test::ProcessState baseline = test::process_state();
+  const bool slow = GENERATE(false, true);
+  CAPTURE(slow);
+  LoaderOptions opt;
+  opt.batch_size = 8;
+  opt.num_workers = 2;
+  opt.sample_bytes = 64;
+  auto calls_owner = std::make_unique<SharedCounters>();
+  const SharedCounters& calls = *calls_owner;
+  const auto run = [&](auto&& loader) {
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      CAPTURE(epoch);
+      for (std::size_t i = 0; i < calls.size(); ++i) calls[i] = 0;
+      const std::vector<Copy> got = epoch_of(loader);
+      REQUIRE(got.size() == 5);
+      for (std::size_t i = 0; i < 40; ++i) REQUIRE(calls[i].load() == 1);  // each sample once
+      for (std::size_t k = 0; k < 5; ++k) {
+        for (std::size_t r = 0; r < 8; ++r) REQUIRE(got[k].index[r] == std::int64_t(8 * k + r));
+      }
+      // Which worker (id + 1) loaded each row of batch 0.
+      std::vector<std::int64_t> rows;
+      for (std::size_t r = 0; r < 8; ++r) rows.push_back(calls[40 + r].load());
+      const bool whole = epoch == 1 && !slow;
+      CAPTURE(rows);
+      for (std::size_t r = 0; r < 8; ++r) REQUIRE(rows[r] == (whole || r < 4 ? 1 : 2));
+      for (std::size_t k = 1; k < 5; ++k) {
+        REQUIRE(calls[40 + 8 * k].load() == std::int64_t(k % 2) + 1);  // batch k: worker k mod 2
+      }
+    }
+  };
+  if (slow) {
+    DataLoader loader(Slow{Counted{40, &calls}}, opt);
+    run(loader);
+  } else {
+    DataLoader loader(Counted{40, &calls}, opt);
+    run(loader);
+  }
+  calls_owner.reset();  // its shared pages are the test's, not a leak
   STOKER_REQUIRE_CLEAN(baseline);
 }
 
@@ -296,23 +352,31 @@ TEST_CASE("the parts of batch 0 run on different CPUs, then each worker on all i
     std::size_t samples = 0;
     for (const Batch& b : loader) samples += b.size();
     REQUIRE(samples == 48);
-    // Batch 0 (samples 0-7): worker 0 loads 0-3 and worker 1 4-7, each held to one CPU of the
-    // caller's set, and not the same one.
+    // Each worker's first task (samples 0-3 and 4-7 of a split batch 0; or batch 0 whole for
+    // worker 0 and batch 1 for worker 1, where a later epoch's batches load faster than a
+    // fork, issue_first_early): held to one CPU of the caller's set, not the same one for both.
+    // Epoch 0 always splits (no batch has been timed yet).
+    std::vector<std::size_t> first_task_batch(3, SIZE_MAX);  // by worker id + 1
+    for (std::size_t i = 0; i < 48; ++i) {
+      const auto w = static_cast<std::size_t>(seen[2 * 48 + i]);
+      REQUIRE((w == 1 || w == 2));
+      first_task_batch[w] = std::min(first_task_batch[w], i / 8);
+    }
+    if (epoch == 0) REQUIRE((first_task_batch[1] == 0 && first_task_batch[2] == 0));
     std::set<std::int64_t> first_cpus;
-    for (std::size_t i = 0; i < 8; ++i) {
+    for (std::size_t i = 0; i < 48; ++i) {
       CAPTURE(epoch, i);
-      REQUIRE(seen[2 * 48 + i] == (i < 4 ? 1 : 2));
-      REQUIRE(seen[i] == 1);
-      REQUIRE(std::find(mine.begin(), mine.end(), seen[48 + i]) != mine.end());
-      first_cpus.insert(seen[48 + i]);
+      const auto w = static_cast<std::size_t>(seen[2 * 48 + i]);
+      if (i / 8 == first_task_batch[w]) {
+        REQUIRE(seen[i] == 1);
+        REQUIRE(std::find(mine.begin(), mine.end(), seen[48 + i]) != mine.end());
+        first_cpus.insert(seen[48 + i]);
+      } else {
+        // Every later sample: loaded with all the CPUs the worker was forked with.
+        REQUIRE(seen[i] == static_cast<std::int64_t>(mine.size()));
+      }
     }
     REQUIRE(first_cpus.size() == 2);
-    // Every later sample: loaded with all the CPUs the worker was forked with.
-    for (std::size_t i = 8; i < 48; ++i) {
-      CAPTURE(epoch, i);
-      REQUIRE(seen[2 * 48 + i] > 0);
-      REQUIRE(seen[i] == static_cast<std::int64_t>(mine.size()));
-    }
   }
 }
 TEST_CASE("a caller held to one CPU keeps its workers there, first task included",
