@@ -30,7 +30,10 @@ namespace {
 // peak is not in it. Empty when /proc cannot tell.
 std::optional<std::uint64_t> own_memory_bytes() noexcept {
   try {
-    if (const std::optional<std::uint64_t> own = read_own_private_anonymous()) {
+    // Yielding between its reads (thousands of mappings in a process that has imported torch:
+    // milliseconds): the worker has just posted its first result, and a main process that
+    // its wake-up pushed off this CPU gets it back to take that result.
+    if (const std::optional<std::uint64_t> own = read_own_private_anonymous(true)) {
       const std::optional<ResidentPeak> rss = read_own_resident_peak();
       return *own + (rss ? rss->peak_bytes - rss->now_bytes : 0);
     }

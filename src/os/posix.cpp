@@ -443,6 +443,8 @@ int unbind_cpus() noexcept {
   return ::sched_setaffinity(0, sizeof set, &set);
 }
 
+void yield_cpu() noexcept { (void)::sched_yield(); }
+
 pid_t self_pid() noexcept { return ::getpid(); }
 pid_t parent_pid() noexcept { return ::getppid(); }
 

@@ -170,6 +170,8 @@ std::vector<int> allowed_cpus();
 // Lets this thread run on every CPU its cpuset allows (after bind_to_cpus). -1 and errno on
 // failure.
 int unbind_cpus() noexcept;
+// sched_yield(): another runnable thread on this CPU runs first.
+void yield_cpu() noexcept;
 
 pid_t self_pid() noexcept;
 pid_t parent_pid() noexcept;

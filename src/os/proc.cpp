@@ -120,7 +120,7 @@ std::optional<std::uint64_t> parse_private_anonymous(std::string_view text) {
   return sum.total();
 }
 
-std::optional<std::uint64_t> read_own_private_anonymous() {
+std::optional<std::uint64_t> read_own_private_anonymous(bool yield_between_reads) {
   // Streamed through a buffer on the stack: a worker measures itself with this, and a heap
   // buffer the size of smaps (hundreds of KiB in a large program) would stay in its heap.
   int fd = posix::open_read("/proc/thread-self/smaps");
@@ -133,6 +133,7 @@ std::optional<std::uint64_t> read_own_private_anonymous() {
   for (;;) {
     const ssize_t got = posix::read_full(fd, buffer + held, sizeof buffer - held);
     if (got <= 0) break;
+    if (yield_between_reads) posix::yield_cpu();
     std::string_view text(buffer, held + static_cast<std::size_t>(got));
     for (std::size_t end = text.find('\n'); end != std::string_view::npos; end = text.find('\n')) {
       if (!skipping) sum.line(text.substr(0, end));

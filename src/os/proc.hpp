@@ -51,7 +51,9 @@ std::optional<ProcessMemory> read_process_memory(pid_t pid);  // 0: this process
 // (the ring's memfd, which smaps_rollup's Private_Dirty counts while no other process maps
 // those pages) and without clean file pages. Empty when the text has no mapping.
 std::optional<std::uint64_t> parse_private_anonymous(std::string_view smaps);
-std::optional<std::uint64_t> read_own_private_anonymous();
+// `yield_between_reads`: sched_yield() after each chunk read, so a thread this one preempted on
+// its CPU runs first (a worker measuring itself while the main process waits for its batch).
+std::optional<std::uint64_t> read_own_private_anonymous(bool yield_between_reads = false);
 // This process's resident anonymous memory (RssAnon of /proc/self/status, a counter the kernel
 // keeps: no page-table walk, unlike smaps_rollup, which takes 10-15 ms in a process that has
 // imported torch). A page shared copy-on-write with a forked child counts here in full, once;
