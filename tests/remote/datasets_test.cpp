@@ -211,6 +211,26 @@ TEST_CASE("The index files of remote shards are fetched side by side, not one af
     }
   }
   REQUIRE(gets.size() == 4);
+  // The HEADs (no Range) of the four shards and of their four index files: one round. One
+  // after the other, the index files' would reach nginx 100 ms after the shards' answers.
+  std::vector<ServedRequest> heads;
+  for (const std::string& p : local) {
+    const std::string uri = "/" + dir + "/" + fs::path(p).filename().string();
+    for (const std::string& u : {uri, uri + ".idx"}) {
+      for (ServedRequest& r : served_requests(u)) {
+        if (!r.range_begin) heads.push_back(std::move(r));
+      }
+    }
+  }
+  REQUIRE(heads.size() == 8);
+  double first_head = heads[0].start;
+  double last_head = heads[0].start;
+  for (const ServedRequest& r : heads) {
+    first_head = std::min(first_head, r.start);
+    last_head = std::max(last_head, r.start);
+  }
+  CAPTURE(first_head, last_head);
+  CHECK(last_head < first_head + 0.050);
   double first_end = gets[0].end;
   for (const ServedRequest& r : gets) first_end = std::min(first_end, r.end);
   for (const ServedRequest& r : gets) {
@@ -222,6 +242,26 @@ TEST_CASE("The index files of remote shards are fetched side by side, not one af
   }
   for (std::size_t i = 0; i < remote.size(); ++i) {
     CHECK(index_of(remote.get(i)) == static_cast<std::int64_t>(i));
+  }
+}
+
+TEST_CASE("A missing remote shard fails when the dataset is built, also one read only as a stream",
+          "[remote][datasets]") {
+  // A compressed shard with its sample count given is never opened nor indexed while the
+  // stream is built: its HEAD still runs then, so the 404 comes here and not from a worker.
+  TempDir scratch("wds");
+  const RemoteServers& s = RemoteServers::get();
+  ShardOptions options;
+  options.remote = s.s3_options(scratch.path + "/cache");
+  StreamOptions so;
+  so.sample_counts = {3};
+  const std::string url = s.http(unique_key("absent") + "/shard-000.tar.gz");
+  try {
+    (void)WebDatasetShards::stream({url}, so, options);
+    FAIL("no error for a shard the server does not have");
+  } catch (const RemoteError& e) {
+    CHECK(e.status() == 404);
+    CHECK(e.url() == url);
   }
 }
 

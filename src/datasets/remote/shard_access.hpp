@@ -30,7 +30,13 @@ class ShardAccess {
   ShardAccess(std::shared_ptr<RemoteSource> remote, const ShardOptions& options,
               const std::vector<std::string>& names);
 
-  const std::shared_ptr<RemoteSource>& remote() const noexcept { return remote_; }
+  // The dataset's source, with the size of every remote shard learned: HEADs now for any not
+  // yet stat()ed, opened or prefetched with its index (a stream of compressed shards with
+  // sample_counts), so a missing shard fails here and the workers inherit the sizes.
+  const std::shared_ptr<RemoteSource>& remote() const {
+    if (remote_ != nullptr) learn_sizes();
+    return remote_;
+  }
   // A local file's stat_shard(); a remote one's size (its mtime is 0: the size, and the index's
   // own check, vouch for it). Throws as stat_shard, or RemoteError.
   ShardStat stat(const std::string& name, std::string_view who) const;
