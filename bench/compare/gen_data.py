@@ -37,7 +37,8 @@ def main():
     for k in range(10):
         folder = os.path.join(images, f"class_{k}")
         for name in os.listdir(folder):
-            if name.startswith("img_") and int(name[4:9]) >= args.images:
+            stem = name[4:].split(".")[0]
+            if name.startswith("img_") and stem.isdigit() and int(stem) >= args.images:
                 os.remove(os.path.join(folder, name))
     for i in range(args.images):
         w, h = (int(v) for v in rng.integers(256, 501, size=2))
