@@ -181,10 +181,15 @@ bool LoaderCore::Impl::issue_first_early(std::uint64_t fork_ns) {
   if (!pool.channel(c).running()) return false;
   const std::optional<std::size_t> s = slot_for(c);
   if (!s) return false;
-  send_task(c, *s, plan, 0);
-  if (plan.iterable) plan.last_issued[pool.channel(c).position] = 1;
-  ++plan.issued;
+  issue_whole(plan, c, *s);
   return true;
+}
+
+void LoaderCore::Impl::issue_whole(EpochPlan& plan, std::size_t c, std::size_t s) {
+  const std::size_t k = plan.issued;
+  send_task(c, s, plan, k);
+  if (plan.iterable) plan.last_issued[pool.channel(c).position] = k + 1;
+  ++plan.issued;
 }
 
 void LoaderCore::Impl::issue() {
@@ -205,9 +210,7 @@ void LoaderCore::Impl::issue() {
     }
     const std::optional<std::size_t> c = channel_for(*plan, k);
     if (!c) return;
-    send_task(*c, *slot_for(*c), *plan, k);
-    if (plan->iterable) plan->last_issued[pool.channel(*c).position] = k + 1;
-    ++plan->issued;
+    issue_whole(*plan, *c, *slot_for(*c));
   }
 }
 
@@ -242,18 +245,17 @@ bool LoaderCore::Impl::collect() noexcept {
                     "INV-SLOT-1: a worker returns only the slots it was given");
       if (slots.channel_of(s) != c || slots[s].phase != Phase::kIssued) continue;
       if (gated[c] != 0) take_first_report(c);  // the report comes before its batch's end
-      if (--pool.channel(c).outstanding == 0) idle_since_ns[c] = ring().header(s).end_ns;
-      const bool live = live_plan(slots[s].plan) != nullptr;
       const SlotHeader& header = ring().header(s);
+      if (--pool.channel(c).outstanding == 0) idle_since_ns[c] = header.end_ns;
+      const bool live = live_plan(slots[s].plan) != nullptr;
       if (live && slots[s].part == kWholeBatch && header.status == SlotStatus::kOk &&
           header.end_ns > header.start_ns) {
         const std::uint64_t took = header.end_ns - header.start_ns;
         if (epoch_batch_ns_low == 0 || took < epoch_batch_ns_low) epoch_batch_ns_low = took;
       }
       slots.set_phase(s, Phase::kIssued, live ? Phase::kReady : Phase::kFree);
-      if (collector.enabled() && live && ring().header(s).status == SlotStatus::kOk) {
-        collector.on_batch_loaded(pool.channel(c).position, pool.channel(c).process.pid(),
-                                  ring().header(s),
+      if (collector.enabled() && live && header.status == SlotStatus::kOk) {
+        collector.on_batch_loaded(pool.channel(c).position, pool.channel(c).process.pid(), header,
                                   slots[s].part == kWholeBatch || slots[s].part == 0);
       }
       any = true;

@@ -173,6 +173,8 @@ struct LoaderCore::Impl {
   // it at once, when a batch loads in less than two forks take (batch_ns_low), so the batch
   // does not wait for the last fork as its split parts would. True when issued so.
   bool issue_first_early(std::uint64_t fork_ns);
+  // Batch plan.issued, whole, to channel c's free slot s.
+  void issue_whole(EpochPlan& plan, std::size_t c, std::size_t s);
 
   // The plan whose batches are issued next: the current epoch's, then (persistent workers)
   // the following epoch's, so a new epoch's first batches are ready when it starts. Only when

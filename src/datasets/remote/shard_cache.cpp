@@ -176,8 +176,8 @@ struct Download {
   std::size_t waiting = 0;     // parts not started yet (under the mutex)
   std::size_t first_open = 0;  // the first part not yet full (the client's thread)
   std::size_t running = 0;
-  std::weak_ptr<ShardCache> cache;
-  std::uint32_t seen_want_seq = 0;  // the header's want_seq at the last pump (the client's thread)
+  // The header's want_seq when check_wants() last looked (the client's thread).
+  std::uint32_t seen_want_seq = 0;
   bool failed = false;
   bool finished = false;
   std::exception_ptr error;
@@ -206,16 +206,6 @@ struct Download {
       header->contiguous.store(done, std::memory_order_release);  // INV-CACHE-3
     }
     bump(header);
-    // A reader (of any process) published an offset it waits for: the parts to start next
-    // may have changed. The pump starts transfers, which a sink may not: it runs once this
-    // round of the client's sinks has ended.
-    const std::uint32_t want_seq = header->want_seq.load(std::memory_order_acquire);
-    if (want_seq != seen_want_seq) {
-      seen_want_seq = want_seq;
-      net::ObjectStore::defer([weak = cache] {
-        if (auto c = weak.lock()) c->pump();
-      });
-    }
     return true;
   }
 };
@@ -279,8 +269,10 @@ std::shared_ptr<ShardCache> ShardCache::process(const RemoteOptions& options) {
           errno));
     }
     slot = std::make_shared<ShardCache>(options, dir);
-    // A reader of another process may ask for a part of a download here before its first
-    // bytes come (Download::write sees new offsets only as bytes arrive).
+    // A reader (of any process) that publishes an offset it waits for changes which parts
+    // start next: the client's watch looks every few milliseconds while transfers run, also
+    // before a download's first bytes come, and pumps (which a sink may not: it starts
+    // transfers).
     net::ObjectStore::watch([weak = std::weak_ptr<ShardCache>(slot)] {
       if (auto cache = weak.lock()) cache->check_wants();
     });
@@ -549,7 +541,7 @@ std::shared_ptr<CacheHold> ShardCache::acquire(const RemoteFile& file, Need need
     EntryHeader* header = map_entry_header(follow_fd.get());
     if (header == nullptr) continue;
     if (auto hold = follow(file, path, std::move(follow_fd), header, counters)) {
-      // Another process's download: it sees the offset at its next bytes (Download::write).
+      // Another process's download: its client's watch sees the offset (check_wants).
       if (need == Need::kNow && !hold->complete()) {
         hold->want(from);
         hold->counted_foreign_ = true;
@@ -616,7 +608,6 @@ std::shared_ptr<CacheHold> ShardCache::start_download(const RemoteFile& file,
                                                       const std::function<void()>& release_others,
                                                       std::uint64_t from) {
   auto d = std::make_shared<Download>();
-  d->cache = weak_from_this();
   d->file = file;
   d->path = path;
   d->counters = counters;
@@ -1031,7 +1022,7 @@ void CacheHold::wait_range(std::uint64_t pos, std::uint64_t end, bool whole) {
     if (!lost) {
       if (!wanted) {
         // The downloader starts the part holding `pos` next: at once when it runs here, at its
-        // next bytes when another process runs it.
+        // client's next watch (within a few ms) when another process runs it.
         wanted = true;
         want(pos);
         if (download_ != nullptr) cache_->pump();
