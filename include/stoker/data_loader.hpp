@@ -237,7 +237,7 @@ class DataLoader {
       if (!out.time_stages()) {
         bool first = true;
         for (const std::size_t index : indices) {
-          out.begin_sample(index);
+          if (!out.begin_sample(index)) break;
           if (!first) {
             stack.add(ds.get(index));
             continue;
@@ -254,7 +254,7 @@ class DataLoader {
       std::uint64_t collate_ns = 0;
       std::uint64_t got = 0;  // when the previous sample's get() returned
       for (const std::size_t index : indices) {
-        out.begin_sample(index);
+        if (!out.begin_sample(index)) break;
         const std::uint64_t start = detail::now_ns();
         if (got != 0) collate_ns += start - got;
         const Sample sample(ds.get(index));
@@ -272,7 +272,7 @@ class DataLoader {
     std::vector<Sample> samples;
     samples.reserve(indices.size());
     for (const std::size_t index : indices) {
-      out.begin_sample(index);
+      if (!out.begin_sample(index)) break;
       if (!out.skips_samples()) {
         samples.emplace_back(ds.get(index));
       } else {

@@ -212,10 +212,39 @@ def test_persistent_workers_and_epochs(persistent):
         assert loader.epoch == epoch
         it = iter(loader)
         next(it)
+        next(it)  # every worker is forked by batch 1 (worker 1 may follow batch 0)
         pids.append(tuple(loader.worker_pids()))
-        assert sum(1 for _ in it) == 4
+        assert sum(1 for _ in it) == 3
     assert (len(set(pids)) == 1) == persistent
     assert len(loader.worker_pids()) == (2 if persistent else 0)
+
+
+def test_a_new_loaders_quick_batch_0_comes_from_worker_0_before_the_other_fork():
+    # An interpreter that has imported torch forks in milliseconds, longer than these batches
+    # take: worker 0 loads batch 0 alone, and worker 1 is forked once it is out (or, on a
+    # machine so busy that worker 0 is not done a fork's time after its first sample, worker 1
+    # is forked then and takes the rows worker 0 has not begun).
+    def make(i):
+        return {"x": np.full(4, i, dtype=np.float32), "w": stoker.get_worker_info().id}
+
+    loader = stoker.DataLoader(ListDataset(64, make), batch_size=16, num_workers=2)
+    expected = [b["x"] for b in tud.DataLoader(ListDataset(64, lambda i: {
+        "x": np.full(4, i, dtype=np.float32)}), batch_size=16)]
+    for epoch in range(2):
+        workers, got = [], []
+        for batch in loader:
+            workers.append(len(loader.worker_pids()))
+            got.append(batch)
+        assert len(got) == 4
+        for k, batch in enumerate(got):
+            assert torch.equal(batch["x"], expected[k])
+            if k > 0:
+                assert batch["w"].tolist() == [k % 2] * 16  # batch k whole from worker k mod 2
+        first = got[0]["w"].tolist()
+        assert first[0] == 0 and first == sorted(first), first  # worker 0's rows first
+        if first == [0] * 16:
+            assert workers[0] == 1, epoch  # worker 1 was forked after batch 0
+        assert workers[1:] == [2, 2, 2], epoch
 
 
 def test_in_order_false_delivers_every_batch_once():

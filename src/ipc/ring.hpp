@@ -147,7 +147,10 @@ struct SlotHeader {
   // Non-zero: this is the loading worker's first task while the memory check waits for
   // figures: report the first sample's bytes and wait at the first-sample gate (Channel).
   std::uint32_t report_memory;
-  std::uint32_t reserved3;
+  // Non-zero: rows are taken one at a time through `claim`, so that main can hand the ones
+  // not yet begun to other workers (loader/first_batch.cpp, a batch 0 that went whole to
+  // worker 0 before the others were forked).
+  std::uint32_t claimable;
   // Written by the loading process before it pushes the result; the main process reads them
   // after its acquire pop of the result.
   SlotStatus status;
@@ -173,8 +176,14 @@ struct SlotHeader {
   // Bytes from the slot's start that some process has backed with memory (grows only, by CAS:
   // main backs the indices, the loading process the payload). Read for memory accounting.
   std::atomic<std::uint64_t> committed;
+  // With `claimable`: the rows begun (low 32 bits) and the rows this task may begin (high 32).
+  // The loading process takes row r by CAS from (r, limit) to (r + 1, limit) while r < limit;
+  // main, while the task is in flight (the one word it writes then), lowers the limit by CAS
+  // to no fewer than the rows begun, and gives the rest to other tasks.
+  std::atomic<std::uint64_t> claim;
 };
 static_assert(std::is_standard_layout_v<SlotHeader>);
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 inline constexpr std::size_t kSlotHeaderBytes = round_up(sizeof(SlotHeader), kCacheLine);
 
 // What the main process and one worker share.

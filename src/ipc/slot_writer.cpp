@@ -70,7 +70,8 @@ SlotWriter::SlotWriter(const Ring& ring, SlotMemory& memory, std::size_t slot, C
       cursor_(Ring::payload_start(header_.num_indices)),
       rows_(header_.num_indices),
       skip_samples_(skip_samples),
-      time_stages_(time_stages) {
+      time_stages_(time_stages),
+      claimable_(header_.claimable != 0) {
   header_.num_kept = indices_.size();
   header_.exhausted = 0;
   header_.num_skipped = 0;
@@ -164,7 +165,20 @@ Tensor SlotWriter::alloc(std::string_view name, DType dtype, const Shape& shape)
   return Tensor::view(dtype, shape, ring_.slot(slot_) + offset, nullptr);
 }
 
-void SlotWriter::begin_sample(std::size_t index) {
+bool SlotWriter::claim_row() noexcept {
+  // SlotHeader::claim: row position_ is this task's unless main has lowered the limit to it.
+  std::uint64_t claim = header_.claim.load(std::memory_order_relaxed);
+  for (;;) {
+    const std::uint64_t begun = claim & 0xffffffffU;
+    if (begun >= (claim >> 32)) return false;
+    if (header_.claim.compare_exchange_weak(claim, claim + 1, std::memory_order_relaxed)) {
+      return true;
+    }
+  }
+}
+
+bool SlotWriter::begin_sample(std::size_t index) {
+  if (claimable_ && !claim_row()) return false;
   sample_ = index;
   ++position_;
   begin_sample_rng(header_.seed, header_.epoch, index);
@@ -173,6 +187,7 @@ void SlotWriter::begin_sample(std::size_t index) {
     // Relaxed: main's stop request needs no ordering, only to be seen soon.
     if (channel_->stop_requested.load(std::memory_order_relaxed) != 0) throw Cancelled{};
   }
+  return true;
 }
 
 void SlotWriter::first_sample_loaded(const Sample& sample) {
@@ -210,6 +225,7 @@ void SlotWriter::finish() {
   write_field_table(ring_.slot(slot_) + offset, records);
   header_.descriptor_offset = offset;
   header_.descriptor_bytes = bytes;
+  if (claimable_) header_.num_kept = position_;  // the rows it claimed; main joins the rest
   header_.status = SlotStatus::kOk;
 }
 

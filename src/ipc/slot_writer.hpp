@@ -34,7 +34,7 @@ class SlotWriter final : public BatchSink {
   std::span<const std::size_t> indices() const noexcept override { return indices_; }
   std::size_t batch_size() const noexcept override { return rows_; }
   std::uint64_t epoch() const noexcept override { return header_.epoch; }
-  void begin_sample(std::size_t index) override;
+  bool begin_sample(std::size_t index) override;
   void begin_stream_sample(std::uint64_t position) override;
   std::uint64_t epoch_run() const noexcept override { return header_.plan; }
   void mark_exhausted() noexcept override { header_.exhausted = 1; }
@@ -50,6 +50,8 @@ class SlotWriter final : public BatchSink {
   // With report_memory in a worker: the first-sample gate (ring.hpp, Channel::first_gate).
   void first_sample_loaded(const Sample& sample) override;
 
+  // SlotHeader::claim: takes the next row; false when main gave the rest to other workers.
+  bool claim_row() noexcept;
   // Writes the descriptor and marks the slot kOk.
   void finish();
   // Inside a catch block: records the exception being handled and marks the slot kError.
@@ -82,6 +84,7 @@ class SlotWriter final : public BatchSink {
   const char* where_ = "get()";
   bool skip_samples_;
   bool time_stages_;
+  bool claimable_;                    // SlotHeader::claimable: each row taken through claim_row()
   std::vector<std::size_t> skipped_;  // positions of skipped samples (reserved when skipping)
   std::vector<std::uint64_t> scratch_;
 };

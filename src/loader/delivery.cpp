@@ -150,6 +150,13 @@ void LoaderCore::Impl::wait(Clock::time_point wait_start, bool held_blocked,
       limit = until_warning;
     }
   }
+  if (pool.deferred()) {  // wake to fork the other workers (start_deferred_workers)
+    const std::uint64_t at = now_ns();
+    const auto left = std::chrono::ceil<milliseconds>(
+        std::chrono::nanoseconds(defer_forks_until_ns > at ? defer_forks_until_ns - at : 0));
+    const milliseconds until_fork = std::max(left, milliseconds{1});
+    if (limit.count() < 0 || until_fork < limit) limit = until_fork;
+  }
   check_workers(sleep_and_notify(limit));
 }
 
@@ -277,6 +284,7 @@ std::optional<Batch> LoaderCore::Impl::fetch_batch(Clock::time_point start) {
   Clock::time_point warned_at = start;
   bool first = true;
   for (;;) {
+    start_deferred_workers();
     check_workers(false);  // at most every kLivenessInterval, even while batches flow
     // Collect and reclaim before issuing, so every slot they free is refilled before the
     // loop can sleep; wait() returns as soon as either finds more.

@@ -43,6 +43,11 @@ void LoaderCore::Impl::write_task(std::size_t s, const EpochPlan& plan, std::siz
   header.num_indices = indices.size();
   header.num_to_load = to_load;
   header.report_memory = 0;  // send_task sets it for a worker's first-sample gate
+  // Part 0 while main may still give the rows it has not begun to others (first_batch.cpp).
+  const bool claimable = part == 0 && plan.first_claimable;
+  header.claimable = claimable ? 1 : 0;
+  header.claim.store(claimable ? std::uint64_t{indices.size()} << 32 : 0,
+                     std::memory_order_relaxed);
   header.status = SlotStatus::kEmpty;
   if (!indices.empty()) std::memcpy(ring().indices(s), indices.data(), indices.size_bytes());
   slots.issue(s, plan.id, k, part);
@@ -118,7 +123,8 @@ std::optional<std::size_t> LoaderCore::Impl::channel_for(const EpochPlan& plan, 
     const std::size_t p = k % num_workers();
     maybe_recycle(p);
     const std::size_t c = pool.channel_of_worker(p);
-    return slot_for(c) ? std::optional<std::size_t>(c) : std::nullopt;
+    // Not running: not yet forked (WorkerPool::deferred) or being respawned.
+    return pool.channel(c).running() && slot_for(c) ? std::optional<std::size_t>(c) : std::nullopt;
   }
   // Whichever worker has a free slot and the least work queued, so a slow worker gets less.
   std::optional<std::size_t> best;
@@ -126,6 +132,7 @@ std::optional<std::size_t> LoaderCore::Impl::channel_for(const EpochPlan& plan, 
     if (plan.iterable && plan.exhausted[p] != 0) continue;
     maybe_recycle(p);
     const std::size_t c = pool.channel_of_worker(p);
+    if (!pool.channel(c).running()) continue;
     if (slot_for(c) && (!best || pool.channel(c).outstanding < pool.channel(*best).outstanding)) {
       best = c;
     }
@@ -141,16 +148,19 @@ std::optional<std::size_t> LoaderCore::Impl::slot_for(std::size_t c) const noexc
   return slots.free_slot(c);
 }
 
-bool LoaderCore::Impl::issue_split_first(EpochPlan& plan) {
+bool LoaderCore::Impl::can_split_first(const EpochPlan& plan) {
   // Only for the current plan of a fresh iterator (a prefetched next epoch's batch 0 is ready
-  // long before it is asked for), with every worker taking part, and with the default stacking
-  // collate, whose rows can be joined (a user collate may combine samples).
-  const std::size_t rows = plan.batch(0).size();
-  const std::size_t parts = std::min(num_workers(), rows);
-  if (&plan != &*current || plan.iterable || parts < 2 || !options.in_order || options.collate ||
-      resolved().skip_samples || plan.done[0] != 0) {
-    return false;
-  }
+  // long before it is asked for), and with the default stacking collate, whose rows can be
+  // joined (a user collate may combine samples).
+  return &plan == &*current && !plan.iterable &&
+         std::min(num_workers(), plan.batch(0).size()) >= 2 && options.in_order &&
+         !options.collate && !resolved().skip_samples && plan.done[0] == 0;
+}
+
+bool LoaderCore::Impl::issue_split_first(EpochPlan& plan) {
+  // With every worker taking part.
+  if (!can_split_first(plan)) return false;
+  const std::size_t parts = std::min(num_workers(), plan.batch(0).size());
   for (std::size_t p = 0; p < parts; ++p) {
     const std::size_t c = pool.channel_of_worker(p);
     if (!pool.channel(c).running() || pool.channel(c).retiring || !slot_for(c)) {
@@ -165,24 +175,54 @@ bool LoaderCore::Impl::issue_split_first(EpochPlan& plan) {
   return true;
 }
 
-bool LoaderCore::Impl::issue_first_early(std::uint64_t fork_ns) {
-  // Split, batch 0 is ready a fork, a start-up and half a batch after the last worker's fork;
-  // whole, a start-up and a batch after the first one's, while the others fork. A fork of a
-  // large process (an interpreter with torch: about 2 ms) can outlast a batch of small samples.
-  if (!current || num_workers() < 2 || batch_ns_low == 0 || batch_ns_low >= 2 * fork_ns ||
-      preflight.awaiting_first_batch()) {
-    return false;
-  }
+bool LoaderCore::Impl::after_first_fork(std::uint64_t fork_ns) {
+  // Split, batch 0 is ready a fork, a start-up and half a batch after the last worker's fork.
+  // Whole, it is ready a start-up and a batch after the first one's, and the other forks wait
+  // (main would be inside fork() when the batch came), which is sooner when a batch loads in
+  // less than a fork or two: a fork of a large process (an interpreter with torch: 2-9 ms)
+  // can outlast a batch of small samples. The last epoch's fastest batch tells (and the
+  // others are forked after two forks' time, or once batch 0 is out). A new loader's first
+  // epoch has no batch timed: batch 0 goes to worker 0 row by row and, when it has not
+  // finished a fork's time after its first sample, the others are forked and take the rows
+  // it has not begun (first_batch.cpp).
+  if (!current || num_workers() < 2) return true;
   EpochPlan& plan = *current;
   if (plan.issued != 0 || plan.fully_issued() || (!plan.iterable && plan.done[0] != 0)) {
-    return false;
+    return true;
   }
+  const bool defer = fork_ns >= kDeferForksMinNs;
   const std::size_t c = pool.channel_of_worker(0);
-  if (!pool.channel(c).running()) return false;
+  if (!pool.channel(c).running()) return true;
   const std::optional<std::size_t> s = slot_for(c);
-  if (!s) return false;
+  if (!s) return true;
+  if (preflight.awaiting_first_batch()) {
+    return !defer || !issue_first_claimable(plan, c, *s, fork_ns);
+  }
+  if (batch_ns_low == 0 || batch_ns_low >= 2 * fork_ns) return true;
   issue_whole(plan, c, *s);
-  return true;
+  defer_forks_until_ns = now_ns() + 2 * fork_ns;
+  return !defer;
+}
+
+void LoaderCore::Impl::start_deferred_workers() {
+  // Once batch 0 is out, or when it takes longer than two forks (then the others are needed
+  // for the next batches); while the batch loads, the main process waits for it instead.
+  if (!pool.deferred()) return;
+  if (current && current->delivered == 0) {
+    const std::uint64_t now = now_ns();
+    if (now < defer_forks_until_ns) return;
+    if (const std::optional<std::uint64_t> wait = first_batch_wait_ns(now)) {
+      defer_forks_until_ns = now + *wait;  // nearly done: a fork now would only delay it
+      return;
+    }
+  }
+  try {
+    pool.start_deferred(slots);
+  } catch (...) {
+    fail_epoch();
+    throw;
+  }
+  split_first_rest();
 }
 
 void LoaderCore::Impl::issue_whole(EpochPlan& plan, std::size_t c, std::size_t s) {

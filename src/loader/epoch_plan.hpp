@@ -40,9 +40,14 @@ struct EpochPlan {
   // saves beyond the in-order prefix.
   std::vector<std::uint8_t> done;
   // A fresh iterator's batch 0 split into this many parts, part j loaded by worker j (0: not
-  // split). Part j is batch(0)[part_begin(j) .. part_begin(j + 1)).
+  // split). Part j is batch(0)[part_begin(j) .. part_begin(j + 1)): equal shares, or
+  // `first_bounds` when main chose them (first_batch.cpp: part 0 went out alone, taking its
+  // rows one at a time while `first_claimable`, and the others got what it had not begun).
   std::size_t first_parts = 0;
+  std::vector<std::size_t> first_bounds;
+  bool first_claimable = false;
   std::size_t part_begin(std::size_t j) const noexcept {
+    if (!first_bounds.empty()) return first_bounds[j];
     const std::size_t n = batch(0).size();
     return j * (n / first_parts) + std::min(j, n % first_parts);
   }

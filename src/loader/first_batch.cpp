@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "data/spin.hpp"
+#include "ipc/shared_region.hpp"
 #include "os/assert.hpp"
 #include "os/posix.hpp"
 
@@ -166,6 +167,117 @@ bool LoaderCore::Impl::check_reported_first_samples() {
   }
   depth.set_limit(preflight.depth_limit());  // the check has chosen it
   return true;
+}
+
+bool LoaderCore::Impl::issue_first_claimable(EpochPlan& plan, std::size_t c, std::size_t s,
+                                             std::uint64_t fork_ns) {
+  if (!can_split_first(plan)) return false;
+  const std::size_t rows = plan.batch(0).size();
+  plan.first_parts = 1;
+  plan.first_bounds = {0, rows};
+  plan.first_claimable = true;
+  first_samples = FirstSamples{};
+  first_gate_opened_ns = 0;
+  send_task(c, s, plan, 0, 0);  // gated: the memory check waits for figures
+  ++plan.issued;                // the other parts, if any, come from split_first_rest()
+  // A fork's time: a worker that has not loaded its first sample by then would not finish
+  // the batch before the split parts would, so the others are forked at once.
+  const std::uint64_t deadline = now_ns() + fork_ns;
+  Channel& channel = ring().channel(c);
+  // Acquire: pairs with the worker's release store after it wrote the figures.
+  auto reported = [&] { return channel.first_reported.load(std::memory_order_acquire) == 1; };
+  while (!reported() && now_ns() < deadline) posix::yield_cpu();
+  if (!reported()) return false;
+  take_first_report(c);
+  check_reported_first_samples();  // throws, after failing the epoch, when it does not fit
+  open_first_gates();
+  first_gate_opened_ns = now_ns();
+  first_fork_ns = fork_ns;
+  defer_forks_until_ns = first_gate_opened_ns + fork_ns / 2;  // then first_batch_wait_ns()
+  back_upper_half(s, first_samples.bytes.value_or(0) * rows);
+  return true;
+}
+
+void LoaderCore::Impl::back_upper_half(std::size_t s, std::size_t batch_bytes) noexcept {
+  // A fresh slot's pages cost more to back than to fill (a few us a page: 8-10 ms for a
+  // batch of 64 images of 150 KB on the project's machine), and the worker backs them with
+  // its first row. Main has nothing else to do until the batch comes, so it backs the upper
+  // half of the fields meanwhile, on the other CPU; the worker then only maps those pages. A
+  // failure (memory exhausted) is left for the worker to report.
+  if (batch_bytes < kBackInMainMin) return;
+  const std::size_t capacity = ring().slot_bytes();
+  const std::size_t fields = Ring::payload_start(current->batch(0).size());
+  const std::size_t begin = round_up(fields + batch_bytes / 2, kPageSize);
+  const std::size_t end = std::min(capacity, round_up(fields + batch_bytes, kPageSize));
+  if (begin >= end) return;
+  (void)SharedRegion::populate(ring().slot(s) + begin, end - begin);
+}
+
+std::optional<std::uint64_t> LoaderCore::Impl::first_batch_wait_ns(std::uint64_t now) {
+  if (!current || !current->first_claimable || first_gate_opened_ns == 0 ||
+      now <= first_gate_opened_ns) {
+    return std::nullopt;
+  }
+  const std::optional<std::size_t> host = slots.issued_slot(current->id, 0);
+  if (!host) return std::nullopt;
+  const std::uint64_t fork = first_fork_ns;
+  const std::uint64_t since = now - first_gate_opened_ns;
+  const std::uint64_t begun =
+      ring().header(*host).claim.load(std::memory_order_relaxed) & 0xffffffffU;
+  if (begun < 2) {
+    // No rate yet: the first sample's row may still be backing the batch's pages (a fresh
+    // slot's, milliseconds for megabytes). Up to two forks' time, then the others anyway.
+    if (since >= 2 * fork) return std::nullopt;
+    return std::min(fork / 2, 2 * fork - since);
+  }
+  // At the rate since the gate opened, the row in progress included: a worker that stalls
+  // slows the rate until the time left passes two forks, and the others are forked.
+  const std::uint64_t rows = current->batch(0).size();
+  const std::uint64_t per_row = since / (begun - 1);
+  const std::uint64_t left = (rows - std::min(rows, begun) + 1) * per_row;
+  if (left >= 2 * fork) return std::nullopt;
+  return std::max<std::uint64_t>(left, 100'000);
+}
+
+void LoaderCore::Impl::split_first_rest() {
+  if (!current || !current->first_claimable) return;
+  EpochPlan& plan = *current;
+  plan.first_claimable = false;  // the bounds are fixed from here (a lost part 0 loads its own)
+  const std::optional<std::size_t> host = slots.issued_slot(plan.id, 0);
+  if (!host || slots[*host].part != 0) return;  // loaded already (or lost): it stays whole
+  std::vector<std::size_t> helpers;             // channels of the other workers
+  for (std::size_t p = 1; p < num_workers(); ++p) {
+    const std::size_t c = pool.channel_of_worker(p);
+    if (pool.channel(c).running() && !pool.channel(c).retiring && slot_for(c)) {
+      helpers.push_back(c);
+    }
+  }
+  if (helpers.empty()) return;
+  const std::size_t rows = plan.batch(0).size();
+  // Equal shares of the rows worker 0 has not begun, its own first (it is loading already).
+  std::atomic<std::uint64_t>& claim = ring().header(*host).claim;
+  std::uint64_t word = claim.load(std::memory_order_relaxed);
+  std::size_t keep = rows;
+  for (;;) {
+    const std::size_t begun = word & 0xffffffffU;
+    const std::size_t left = rows - begun;
+    keep = begun + (left + helpers.size()) / (helpers.size() + 1);
+    if (keep >= rows) return;  // one row or none left: not worth a part
+    if (claim.compare_exchange_weak(word, (std::uint64_t{keep} << 32) | begun,
+                                    std::memory_order_relaxed)) {
+      break;
+    }
+  }
+  const std::size_t rest = rows - keep;
+  const std::size_t parts = std::min(helpers.size(), rest);
+  plan.first_bounds = {0, keep};
+  for (std::size_t j = 1; j <= parts; ++j) {
+    plan.first_bounds.push_back(keep + j * (rest / parts) + std::min(j, rest % parts));
+  }
+  plan.first_parts = parts + 1;
+  for (std::size_t j = 1; j <= parts; ++j) {
+    send_task(helpers[j - 1], *slot_for(helpers[j - 1]), plan, 0, static_cast<std::uint32_t>(j));
+  }
 }
 
 void LoaderCore::Impl::await_first_batch() {

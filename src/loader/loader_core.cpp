@@ -125,7 +125,8 @@ void LoaderCore::Impl::begin_epoch() {
       ensure_ring();
       drop_stale_ready();  // keeps what was prefetched for this plan, now current
       if (num_workers() > 0) {
-        pool.start_all(slots, [this](std::uint64_t fork_ns) { issue_first_early(fork_ns); });
+        pool.start_all(slots, [this](std::uint64_t fork_ns) { return after_first_fork(fork_ns); });
+        if (!pool.deferred()) split_first_rest();
         last_liveness_check = Clock::now();
       }
     }

@@ -100,11 +100,16 @@ struct LoaderCore::Impl {
   // report after it (Channel::private_reported) has been taken.
   std::vector<std::uint8_t> private_pending;
   // How long a worker takes to load a whole batch when nothing else holds it up, for
-  // issue_first_early(): the fastest whole batch of the last epoch that collected one (0
+  // after_first_fork(): the fastest whole batch of the last epoch that collected one (0
   // before), and of this epoch so far. The fastest, not the mean: a fresh iterator's batch 0
   // runs while the other workers are still starting, not beside them, as the epoch's others do.
   std::uint64_t batch_ns_low = 0;
   std::uint64_t epoch_batch_ns_low = 0;
+  // While WorkerPool::deferred: when to fork the other workers even if batch 0 has not come.
+  std::uint64_t defer_forks_until_ns = 0;
+  // issue_first_claimable(): when worker 0's gate opened (0: it did not), and its fork's time.
+  std::uint64_t first_gate_opened_ns = 0;
+  std::uint64_t first_fork_ns = 0;
   struct FirstSamples {
     std::optional<std::size_t> bytes;  // the largest first sample
     std::optional<std::size_t> base;   // the largest worker memory after it
@@ -169,10 +174,23 @@ struct LoaderCore::Impl {
   std::optional<std::size_t> slot_for(std::size_t c) const noexcept;
   // A fresh iterator's batch 0, split across the workers when it can be: true when issued so.
   bool issue_split_first(EpochPlan& plan);
-  // Called once worker 0 is forked (in `fork_ns`) and before the others are: batch 0 whole to
-  // it at once, when a batch loads in less than two forks take (batch_ns_low), so the batch
-  // does not wait for the last fork as its split parts would. True when issued so.
-  bool issue_first_early(std::uint64_t fork_ns);
+  // Whether batch 0 of `plan` can be split across the workers (the current plan, in order,
+  // the default collate, ...).
+  bool can_split_first(const EpochPlan& plan);
+  // Called once worker 0 is forked (in `fork_ns`) and before the others are (the result:
+  // whether to fork them now). Batch 0 goes whole to worker 0 at once, and the other forks
+  // wait (start_deferred_workers), when a batch loads in less than two forks take: told by
+  // batch_ns_low, or in a new loader by worker 0's first sample (issue_first_gated). So the
+  // batch waits neither for the last fork, as its split parts would, nor for main to come
+  // back from forking the others.
+  bool after_first_fork(std::uint64_t fork_ns);
+  // Forks quicker than this are not put off (nor is a new loader's batch 0 given to worker 0
+  // alone): they delay the first batch by less than they would save the later ones. A process
+  // that has imported torch forks in 2-9 ms; a small C++ trainer in a fraction of one.
+  static constexpr std::uint64_t kDeferForksMinNs = 1'500'000;
+  // The deferred forks (WorkerPool::deferred), once batch 0 is delivered or
+  // defer_forks_until_ns has passed. Throws what fork throws, after failing the epoch.
+  void start_deferred_workers();
   // Batch plan.issued, whole, to channel c's free slot s.
   void issue_whole(EpochPlan& plan, std::size_t c, std::size_t s);
 
@@ -288,6 +306,27 @@ struct LoaderCore::Impl {
   // for any batch. First samples that all fail, a worker that dies or LoaderOptions::timeout
   // passing leave the memory unchecked (logged); the fetch then reports what happened.
   void await_first_batch();
+  // after_first_fork(): batch 0 to worker 0 alone (slot s of channel c), as part 0 taking its
+  // rows one at a time (SlotHeader::claim) so that split_first_rest() can give the rows it has
+  // not begun to the others once they are forked. For a new loader whose memory check waits
+  // for figures: the task is gated, and this waits up to a fork for its first sample: in time,
+  // the check runs (throwing as check_reported_first_samples), the gate opens, and true is
+  // returned: fork the others later (defer_forks_until_ns). False: fork them now (no report
+  // yet; or batch 0 cannot be split, and nothing was issued).
+  bool issue_first_claimable(EpochPlan& plan, std::size_t c, std::size_t s, std::uint64_t fork_ns);
+  // Once the other workers are forked: the rows of a claimable part 0 that its worker has not
+  // begun, in equal shares (its own first), as parts 1.. to them; nothing when it has (almost)
+  // finished, and the batch is then whole.
+  void split_first_rest();
+  // While the others' forks wait for a claimable batch 0 (issue_first_claimable): how much
+  // longer to wait before asking again, when batch 0 looks like finishing within two forks at
+  // its rate so far (forking would only delay it); empty: fork them now.
+  std::optional<std::uint64_t> first_batch_wait_ns(std::uint64_t now);
+  // issue_first_claimable(), once the gate is open: the upper half of a fresh slot s's fields
+  // for a batch of about `batch_bytes` backed by main while worker 0 backs the lower half
+  // (batches of kBackInMainMin bytes or more).
+  void back_upper_half(std::size_t s, std::size_t batch_bytes) noexcept;
+  static constexpr std::size_t kBackInMainMin = std::size_t{1} << 20;
   // Takes channel c's first-sample report, if it has made one, into first_samples.
   void take_first_report(std::size_t c) noexcept;
   // A gated channel's worker has reported (a relaxed look: take_first_report reads it).

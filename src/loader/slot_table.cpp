@@ -51,6 +51,15 @@ void SlotTable::make_whole(std::size_t s) noexcept {
   slots_[s].part = kWholeBatch;
 }
 
+std::optional<std::size_t> SlotTable::issued_slot(std::uint64_t plan,
+                                                  std::uint64_t k) const noexcept {
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    const SlotState& slot = slots_[s];
+    if (slot.phase == Phase::kIssued && slot.plan == plan && slot.batch == k) return s;
+  }
+  return std::nullopt;
+}
+
 std::optional<std::size_t> SlotTable::free_slot(std::size_t c) const noexcept {
   const std::size_t first = c * per_channel_;
   for (std::size_t s = first; s < first + per_channel_; ++s) {

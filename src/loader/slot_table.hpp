@@ -69,6 +69,8 @@ class SlotTable {
   // A split batch's host slot (part 0), once the other parts' rows are in it, carries the whole
   // batch.
   void make_whole(std::size_t s) noexcept;
+  // The kIssued slot carrying batch k of `plan`, if any.
+  std::optional<std::size_t> issued_slot(std::uint64_t plan, std::uint64_t k) const noexcept;
   // A kFree slot of channel c, if any.
   std::optional<std::size_t> free_slot(std::size_t c) const noexcept;
   // kHeld slots whose Batch is gone (`held[s]` false, acquire: pairs with the lease's release)

@@ -64,25 +64,47 @@ std::vector<pid_t> WorkerPool::pids_by_worker() const {
 }
 
 void WorkerPool::start_all(SlotTable& slots,
-                           const std::function<void(std::uint64_t fork_ns)>& after_first) {
+                           const std::function<bool(std::uint64_t fork_ns)>& after_first) {
+  if (deferred_) start_deferred(slots);  // an epoch that ended before they were needed
   if (all_running()) return;
   stop_all(&slots);
+  // Every channel starts empty, also those whose workers are forked later (start_deferred):
+  // a stopped worker's last results must not be taken for the new ones'.
+  for (std::size_t c = 0; c < channels_.size(); ++c) reset_channel(c);
   warn_if_multithreaded();
-  std::vector<int> spread;  // CPUs for the workers' first tasks, in turn
+  spread_.clear();  // CPUs for the workers' first tasks, in turn
   if (launch_.bind_workers) {
     worker_cpus_ = worker_cores(Topology::detect(), num_workers_, ::sched_getcpu());
   } else if (num_workers_ >= 2) {
-    spread = posix::allowed_cpus();
-    if (spread.size() < 2) spread.clear();
+    spread_ = posix::allowed_cpus();
+    if (spread_.size() < 2) spread_.clear();
     // Begin after the caller's CPU: several loaders (ranks) on one machine then spread too.
-    const auto caller = std::find(spread.begin(), spread.end(), ::sched_getcpu());
-    if (caller != spread.end()) std::rotate(spread.begin(), caller + 1, spread.end());
+    const auto caller = std::find(spread_.begin(), spread_.end(), ::sched_getcpu());
+    if (caller != spread_.end()) std::rotate(spread_.begin(), caller + 1, spread_.end());
   }
   try {
     for (std::size_t p = 0; p < num_workers_; ++p) {
       const std::uint64_t before = now_ns();
-      spawn_on(p, p, spread.empty() ? -1 : spread[p % spread.size()]);
-      if (p == 0 && after_first) after_first(now_ns() - before);
+      spawn_on(p, p, spread_.empty() ? -1 : spread_[p % spread_.size()]);
+      if (p == 0 && after_first && !after_first(now_ns() - before)) {
+        deferred_ = num_workers_ > 1;
+        return;
+      }
+    }
+  } catch (...) {
+    stop_all(&slots);
+    throw;
+  }
+}
+
+void WorkerPool::start_deferred(SlotTable& slots) {
+  if (!deferred_) return;
+  deferred_ = false;
+  try {
+    for (std::size_t p = 1; p < num_workers_; ++p) {
+      const std::size_t c = position_channel_[p];
+      if (!channels_[c].running())
+        spawn_on(c, p, spread_.empty() ? -1 : spread_[p % spread_.size()]);
     }
   } catch (...) {
     stop_all(&slots);
@@ -162,6 +184,7 @@ void WorkerPool::request_stop(std::size_t c, bool now) noexcept {
 }
 
 void WorkerPool::stop_all(SlotTable* slots, std::chrono::milliseconds grace) noexcept {
+  deferred_ = false;
   std::vector<WorkerProcess> running;
   for (std::size_t c = 0; c < channels_.size(); ++c) {
     if (!channels_[c].running()) continue;

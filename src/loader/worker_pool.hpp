@@ -86,9 +86,14 @@ class WorkerPool {
   // Without bind_workers, two or more workers run their first tasks (the parts of batch 0) on
   // different CPUs, starting with the one after the caller's, then wherever the scheduler
   // puts them. `after_first` (when set) runs once worker 0 is forked, before the others are,
-  // with the nanoseconds its fork took.
+  // with the nanoseconds its fork took; when it returns false, the others are forked later,
+  // by start_deferred() (deferred() until then).
   void start_all(SlotTable& slots,
-                 const std::function<void(std::uint64_t fork_ns)>& after_first = {});
+                 const std::function<bool(std::uint64_t fork_ns)>& after_first = {});
+  // Forks the workers start_all() left for later. Throws what fork throws, after stopping
+  // every worker (issued slots are freed in `slots`).
+  void start_deferred(SlotTable& slots);
+  bool deferred() const noexcept { return deferred_; }
   // Forks a worker for id p on channel c (whose previous process, if any, is reaped) and makes
   // c serve p; its first task runs on `first_task_cpu` alone when that is >= 0. Throws
   // stoker::Error when fork fails.
@@ -127,7 +132,9 @@ class WorkerPool {
   std::vector<ChannelState> channels_;
   // Worker id -> the channel serving it.
   std::vector<std::size_t> position_channel_;
-  std::vector<posix::Fd> task_eventfds_;       // per channel
+  std::vector<int> spread_;               // CPUs for the workers' first tasks (start_all)
+  bool deferred_ = false;                 // workers 1.. are still to be forked (start_deferred)
+  std::vector<posix::Fd> task_eventfds_;  // per channel
   std::vector<std::vector<int>> worker_cpus_;  // bind_workers: per worker id, its core's CPUs
   std::vector<pollfd> wait_fds_;
 };

@@ -7,7 +7,7 @@
 //   main_thread_exit train <persistent 0|1>   epoch 0 begun (and its first batch fetched) on
 //                                              the main thread, which then exits; epochs 0-2
 //                                              checked on another thread;
-//                                              "ok pids W1 W2" once epoch 3 has begun
+//                                              "ok pids W1 W2" once epoch 3 has its batch 1
 //   main_thread_exit probe                     "ok pids P" from inside the size probe's get()
 //   main_thread_exit proc                      the /proc readers before and after the main
 //                                              thread exits, then exits 0
@@ -103,6 +103,8 @@ void train(stoker::DataLoader<Indices>* loader, stoker::BatchIterator* first) {
     }
     auto* last = new stoker::BatchIterator(loader->begin());
     if (*last == loader->end()) fail("epoch 3 is empty");
+    ++*last;  // batch 1: every worker is forked (worker 1 may follow batch 0: a slow fork)
+    if (*last == loader->end()) fail("epoch 3 has one batch");
     std::string line = "ok pids";
     for (const pid_t pid : loader->worker_pids()) line += " " + std::to_string(pid);
     std::printf("%s\n", line.c_str());

@@ -186,7 +186,7 @@ TEST_CASE("workers without persistence are reaped at the end of each epoch", "[l
   std::vector<pid_t> during;
   for (const Batch& batch : loader) {
     (void)batch;
-    if (during.empty()) during = loader.worker_pids();
+    during = loader.worker_pids();  // the last batch's: every worker forked by then
   }
   REQUIRE(during.size() == 3);
   REQUIRE(loader.worker_pids().empty());
@@ -388,10 +388,11 @@ TEST_CASE("worker_info() and worker_init describe each worker", "[loader][worker
   DataLoader loader(dataset, opt);
   for (const Batch& batch : loader) {
     // Batch k is loaded by worker k mod 3; a fresh iterator's batch 0 is split, row r of its
-    // two by worker r.
+    // two by worker r (or both by worker 0 in a slow-forking process: after_first_fork).
     for (std::size_t r = 0; r < batch.size(); ++r) {
       const std::size_t i = batch.indices()[r];
       const std::size_t worker = batch.index() == 0 ? r : batch.index() % 3;
+      if (batch.index() == 0 && r == 1 && seen[10 + i].load() == 1) continue;
       REQUIRE(seen[10 + i].load() == static_cast<std::int64_t>(worker) + 1);
       REQUIRE(pids[i].load() != getpid());
     }

@@ -71,6 +71,8 @@ TEST_CASE("respawn replaces a crashed worker and reloads its batches", "[recover
     const std::vector<pid_t> before = [&] {
       auto it = loader.begin();
       REQUIRE(it != loader.end());
+      ++it;  // batch 1: every worker is forked (worker 1 may follow batch 0: after_first_fork)
+      REQUIRE(it != loader.end());
       return loader.worker_pids();
     }();
     // That epoch was abandoned at its first batch; run a whole one.

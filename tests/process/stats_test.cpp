@@ -304,8 +304,11 @@ TEST_CASE("trace_path writes a Chrome trace with a span per batch per worker", "
   REQUIRE(trace.size() > 3);
   REQUIRE(trace.substr(trace.size() - 3) == "\n]\n");
   // Persistent workers go on to load some of epoch 1 ahead: those are spans of epoch 1. The
-  // fresh iterator's batch 0 is loaded in two parts, one by each worker: a span each.
-  REQUIRE(test::count_of(trace, "\"args\":{\"epoch\":0,\"worker\"") == 10 + 1);
+  // fresh iterator's batch 0 is loaded in two parts, one by each worker: a span each (or
+  // whole by worker 0 when this process forks slowly: after_first_fork).
+  const std::size_t epoch0_spans = test::count_of(trace, "\"args\":{\"epoch\":0,\"worker\"");
+  REQUIRE(epoch0_spans >= 10);
+  REQUIRE(epoch0_spans <= 10 + 1);
   REQUIRE(test::count_of(trace, "\"cat\":\"load\"") <= 10 + 1 + 4);
   REQUIRE(test::count_of(trace, "\"name\":\"next() wait\"") == 10);
   for (int k = 0; k < 10; ++k) {  // each wait names the batch it returned

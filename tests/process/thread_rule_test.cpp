@@ -310,7 +310,8 @@ TEST_CASE("an iterator destroyed while another thread is inside ends its epoch a
   DataLoader loader(IndexDataset{kSamples, {}}, opt);
   std::optional<BatchIterator> it(loader.begin());
   REQUIRE(*it != loader.end());
-  REQUIRE(loader.worker_pids().size() == 2);
+  // Worker 1 may be forked only after batch 0 (a slow-forking process, after_first_fork).
+  REQUIRE_FALSE(loader.worker_pids().empty());
   sampler->armed = true;
   // size() plans the next epoch, which asks the sampler: it stays inside until released.
   std::thread inside([&] { (void)loader.size(); });

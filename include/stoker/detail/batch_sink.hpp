@@ -19,8 +19,9 @@ namespace stoker::detail {
 class BatchSink : public BatchBuilder {
  public:
   // Called before loading each sample, so a crash or an exception can name it. Throws an
-  // internal exception when the loader asked the worker to stop: let it propagate.
-  virtual void begin_sample(std::size_t index) = 0;
+  // internal exception when the loader asked the worker to stop: let it propagate. False: this
+  // task loads no more samples (it became one part of a split batch): end the loop there.
+  [[nodiscard]] virtual bool begin_sample(std::size_t index) = 0;
   // Iterable datasets: called before each next() with the sample's position in this worker's
   // stream this epoch (it has no index; sample_rng() is seeded from the position).
   virtual void begin_stream_sample(std::uint64_t position) = 0;
