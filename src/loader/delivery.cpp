@@ -284,7 +284,9 @@ std::optional<Batch> LoaderCore::Impl::fetch_batch(Clock::time_point start) {
   Clock::time_point warned_at = start;
   bool first = true;
   for (;;) {
-    start_deferred_workers();
+    // The forks put off for batch 0 (after_first_fork), once it is out; before, only when the
+    // fetch would otherwise sleep (below), so a batch 0 that is ready is never kept waiting.
+    if (pool.deferred() && current->delivered > 0) start_deferred_workers();
     check_workers(false);  // at most every kLivenessInterval, even while batches flow
     // Collect and reclaim before issuing, so every slot they free is refilled before the
     // loop can sleep; wait() returns as soon as either finds more.
@@ -320,6 +322,10 @@ std::optional<Batch> LoaderCore::Impl::fetch_batch(Clock::time_point start) {
     const bool held_blocked = blocked_by_held_batches();
     if (held_blocked && depth.grow_for_held()) continue;  // the consumer keeps batches: deeper
     if (held_blocked && count_threads() <= 1) throw held_timeout(std::nullopt);
+    if (pool.deferred()) {
+      start_deferred_workers();
+      if (!pool.deferred()) continue;  // forked: give them their tasks before sleeping
+    }
     wait(start, held_blocked, warned_at);
   }
 }
