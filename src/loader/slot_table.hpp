@@ -8,8 +8,9 @@
 //
 // INV-SLOT-1: a slot is written by exactly one process at a time: by main while kFree (its
 //   header and indices), by the worker of its channel while kIssued, by nobody while kReady or
-//   kHeld. The task push (release) and the result pop (acquire) hand it over. set_phase()
-//   asserts that every change is one of the arrows above.
+//   kHeld; the one word main also writes while kIssued is SlotHeader::claim, an atomic
+//   (first_batch.cpp). The task push (release) and the result pop (acquire) hand it over.
+//   set_phase() asserts that every change is one of the arrows above.
 // INV-SLOT-2: in flight (kIssued + kReady + kHeld) <= num_slots = channels x slots_per_channel,
 //   which is what bounds memory and what the consumer can hold.
 // Slot s belongs to channel s / slots_per_channel. Main process only; not thread-safe.
