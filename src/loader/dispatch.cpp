@@ -182,9 +182,9 @@ bool LoaderCore::Impl::after_first_fork(std::uint64_t fork_ns) {
   // less than a fork or two: a fork of a large process (an interpreter with torch: 2-9 ms)
   // can outlast a batch of small samples. The last epoch's fastest batch tells (and the
   // others are forked after two forks' time, or once batch 0 is out). A new loader's first
-  // epoch has no batch timed: batch 0 goes to worker 0 row by row and, when it has not
-  // finished a fork's time after its first sample, the others are forked and take the rows
-  // it has not begun (first_batch.cpp).
+  // epoch has no batch timed: batch 0 goes to worker 0 row by row and, when at its rate it
+  // would take more than two forks, the others are forked and take the rows it has not begun
+  // (first_batch.cpp).
   if (!current || num_workers() < 2) return true;
   EpochPlan& plan = *current;
   if (plan.issued != 0 || plan.fully_issued() || (!plan.iterable && plan.done[0] != 0)) {
@@ -200,8 +200,9 @@ bool LoaderCore::Impl::after_first_fork(std::uint64_t fork_ns) {
   }
   if (batch_ns_low == 0 || batch_ns_low >= 2 * fork_ns) return true;
   issue_whole(plan, c, *s);
+  if (!defer) return true;
   defer_forks_until_ns = now_ns() + 2 * fork_ns;
-  return !defer;
+  return false;
 }
 
 void LoaderCore::Impl::start_deferred_workers() {

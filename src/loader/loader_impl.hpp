@@ -178,11 +178,11 @@ struct LoaderCore::Impl {
   // the default collate, ...).
   bool can_split_first(const EpochPlan& plan);
   // Called once worker 0 is forked (in `fork_ns`) and before the others are (the result:
-  // whether to fork them now). Batch 0 goes whole to worker 0 at once, and the other forks
-  // wait (start_deferred_workers), when a batch loads in less than two forks take: told by
-  // batch_ns_low, or in a new loader by worker 0's first sample (issue_first_gated). So the
-  // batch waits neither for the last fork, as its split parts would, nor for main to come
-  // back from forking the others.
+  // whether to fork them now). Batch 0 goes to worker 0 at once and the other forks wait
+  // (start_deferred_workers): whole, when batch_ns_low says a batch loads in less than two
+  // forks; in a new loader, row by row (issue_first_claimable). So the batch waits neither
+  // for the last fork, as its split parts would, nor for main to come back from forking the
+  // others.
   bool after_first_fork(std::uint64_t fork_ns);
   // Forks quicker than this are not put off (nor is a new loader's batch 0 given to worker 0
   // alone): they delay the first batch by less than they would save the later ones. A process

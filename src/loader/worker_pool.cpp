@@ -85,7 +85,7 @@ void WorkerPool::start_all(SlotTable& slots,
   try {
     for (std::size_t p = 0; p < num_workers_; ++p) {
       const std::uint64_t before = now_ns();
-      spawn_on(p, p, spread_.empty() ? -1 : spread_[p % spread_.size()]);
+      spawn_on(p, p, first_task_cpu(p));
       if (p == 0 && after_first && !after_first(now_ns() - before)) {
         deferred_ = num_workers_ > 1;
         return;
@@ -102,9 +102,7 @@ void WorkerPool::start_deferred(SlotTable& slots) {
   deferred_ = false;
   try {
     for (std::size_t p = 1; p < num_workers_; ++p) {
-      const std::size_t c = position_channel_[p];
-      if (!channels_[c].running())
-        spawn_on(c, p, spread_.empty() ? -1 : spread_[p % spread_.size()]);
+      if (!channels_[p].running()) spawn_on(p, p, first_task_cpu(p));  // as start_all would
     }
   } catch (...) {
     stop_all(&slots);

@@ -124,6 +124,10 @@ class WorkerPool {
 
  private:
   void reset_channel(std::size_t c) noexcept;
+  // Where worker p's first task runs (-1: anywhere), from spread_.
+  int first_task_cpu(std::size_t p) const noexcept {
+    return spread_.empty() ? -1 : spread_[p % spread_.size()];
+  }
 
   const Ring* ring_ = nullptr;
   int main_eventfd_ = -1;

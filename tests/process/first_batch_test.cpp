@@ -56,6 +56,15 @@ struct SlowFork {
   std::vector<std::byte> pages = std::vector<std::byte>(std::size_t{256} << 20);
 };
 
+// Counted, `ms` milliseconds a sample.
+struct Slow : Counted {
+  int ms = 5;
+  Sample get(std::size_t i) const {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return Counted::get(i);
+  }
+};
+
 struct Copy {
   std::vector<std::int64_t> index;
   std::vector<float> noise;
@@ -131,12 +140,6 @@ TEST_CASE(
   // A fork of this test process takes a fraction of a millisecond; Counted loads a batch of 8
   // in microseconds, Slow in 40 ms. Epoch 0 has no batch timed yet and splits; epoch 1 decides
   // from epoch 0's fastest batch (issue_first_early).
-  struct Slow : Counted {
-    Sample get(std::size_t i) const {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      return Counted::get(i);
-    }
-  };
   const test::ProcessState baseline = test::process_state();
   const bool slow = GENERATE(false, true);
   CAPTURE(slow);
@@ -684,26 +687,20 @@ TEST_CASE(
     "[first_batch][memory]") {
   // 20 ms a sample: the rate after two rows says the batch would take far longer than two
   // forks, so the others are forked and take equal shares of what worker 0 has not begun.
-  struct Slow : Counted {
-    Sample get(std::size_t i) const {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      return Counted::get(i);
-    }
-  };
   const test::ProcessState baseline = test::process_state();
   const SlowFork ballast;
   LoaderOptions opt;
   opt.batch_size = 16;
   opt.num_workers = 0;
   const std::vector<Copy> inline_epoch = [&] {
-    DataLoader loader(Slow{Counted{32}}, opt);
+    DataLoader loader(Slow{Counted{32}, 20}, opt);
     return epoch_of(loader);
   }();
   opt.num_workers = GENERATE(2, 3);
   CAPTURE(opt.num_workers);
   {
     SharedCounters calls;
-    DataLoader loader(Slow{Counted{32, &calls}}, opt);
+    DataLoader loader(Slow{Counted{32, &calls}, 20}, opt);
     const std::vector<Copy> got = epoch_of(loader);
     REQUIRE(got == inline_epoch);
     for (std::size_t i = 0; i < 32; ++i) REQUIRE(calls[i].load() == 1);  // none twice, none lost
