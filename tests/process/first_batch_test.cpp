@@ -18,6 +18,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "os/posix.hpp"
 #include "support/clean_state.hpp"
 #include "support/cpus.hpp"
 #include "support/datasets.hpp"
@@ -746,5 +747,33 @@ TEST_CASE("a new loader of a slow-forking process refuses a first batch over the
     REQUIRE(test::child_pids().empty());
     REQUIRE(loader.epoch() == 0);  // the same epoch at the next begin()
   }
+  STOKER_REQUIRE_CLEAN(baseline);
+}
+
+TEST_CASE("a put-off fork that fails is a clear error at the fetch and leaves nothing behind",
+          "[first_batch][fault]") {
+  const test::ProcessState baseline = test::process_state();
+  const SlowFork ballast;
+  {
+    SharedCounters calls;
+    LoaderOptions opt;
+    opt.batch_size = 8;
+    opt.num_workers = 2;
+    DataLoader loader(Counted{40, &calls}, opt);
+    // Worker 0's fork succeeds; worker 1's, put off until batch 0 is out, fails.
+    detail::posix::inject_failure(detail::posix::Call::kFork, EAGAIN, 1, 1);
+    auto it = loader.begin();
+    REQUIRE(it != loader.end());
+    REQUIRE(loader.worker_pids().size() == 1);  // batch 0 came before worker 1's fork
+    REQUIRE_THROWS_WITH(++it, Catch::Contains("fork() for worker 1 failed") &&
+                                  Catch::Contains("lower num_workers"));
+    REQUIRE(loader.worker_pids().empty());
+    REQUIRE(test::child_pids().empty());
+    detail::posix::clear_injected_failures();
+    std::size_t samples = 0;
+    for (const Batch& b : loader) samples += b.size();
+    REQUIRE(samples == 40);  // the next epoch runs whole
+  }
+  detail::posix::clear_injected_failures();
   STOKER_REQUIRE_CLEAN(baseline);
 }
