@@ -70,7 +70,13 @@ void WorkerPool::start_all(SlotTable& slots,
   stop_all(&slots);
   // Every channel starts empty, also those whose workers are forked later (start_deferred):
   // a stopped worker's last results must not be taken for the new ones'.
-  for (std::size_t c = 0; c < channels_.size(); ++c) reset_channel(c);
+  // Worker p on channel p, the ones forked later included: after recycling, a stale position
+  // or count would map a worker not yet forked to another's channel, or retire it at once.
+  for (std::size_t c = 0; c < channels_.size(); ++c) {
+    reset_channel(c);
+    channels_[c].issued = 0;
+  }
+  for (std::size_t p = 0; p < num_workers_; ++p) position_channel_[p] = p;
   warn_if_multithreaded();
   spread_.clear();  // CPUs for the workers' first tasks, in turn
   if (launch_.bind_workers) {

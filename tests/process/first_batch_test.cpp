@@ -138,9 +138,10 @@ TEST_CASE(
     "a later epoch's batch 0 goes whole to worker 0 as soon as it is forked when batches load "
     "faster than a fork, split when they are slower",
     "[first_batch]") {
-  // A fork of this test process takes a fraction of a millisecond; Counted loads a batch of 8
-  // in microseconds, Slow in 40 ms. Epoch 0 has no batch timed yet and splits; epoch 1 decides
-  // from epoch 0's fastest batch (issue_first_early).
+  // A fork of this test process takes a fraction of a millisecond (a few under a sanitizer,
+  // tens on a loaded CI machine); Counted loads a batch of 8 in microseconds, Slow at 20 ms a
+  // sample in 160 ms, whole only were a fork over 80 ms. Epoch 0 has no batch timed yet and
+  // splits; epoch 1 decides from epoch 0's fastest batch (LoaderCore::after_first_fork).
   const test::ProcessState baseline = test::process_state();
   const bool slow = GENERATE(false, true);
   CAPTURE(slow);
@@ -172,7 +173,7 @@ TEST_CASE(
     }
   };
   if (slow) {
-    DataLoader loader(Slow{Counted{40, &calls}}, opt);
+    DataLoader loader(Slow{Counted{40, &calls}, 20}, opt);
     run(loader);
   } else {
     DataLoader loader(Counted{40, &calls}, opt);
@@ -655,7 +656,13 @@ TEST_CASE(
   }();
   opt.num_workers = GENERATE(2, 3);
   CAPTURE(opt.num_workers);
-  {
+  // Whether batch 0 stays whole is decided from worker 0's rate over its first rows: were it
+  // preempted there for two forks' time (a loaded machine: ctest -j2 beside a sanitizer build),
+  // the rate says "slow" and the batch is split, rightly. Up to three new loaders, then: one
+  // must keep batch 0 whole; every one must deliver the inline epoch, each sample once.
+  bool whole = false;
+  for (int attempt = 0; attempt < 3 && !whole; ++attempt) {
+    CAPTURE(attempt);
     SharedCounters calls;
     // sample_bytes not given: the memory check measures worker 0's first sample (the gate).
     DataLoader loader(Counted{40, &calls}, opt);
@@ -667,18 +674,24 @@ TEST_CASE(
     }
     REQUIRE(got == inline_epoch);  // same samples, same order, same sample_rng() draws
     for (std::size_t i = 0; i < 40; ++i) REQUIRE(calls[i].load() == 1);  // each sample once
+    REQUIRE(loader.memory_estimate().bytes_per_sample == 8 + 3 * 4);     // measured by worker 0
     const std::vector<std::int64_t> rows = first_rows(calls, got[0], 40);
     CAPTURE(rows, workers_seen);
-    for (const std::int64_t w : rows) REQUIRE(w == 1);  // batch 0: worker 0 alone
-    // While batch 0 was delivered only worker 0 had been forked; the others came for batch 1.
-    REQUIRE(workers_seen[0] == 1);
+    // batch 0: worker 0 alone, and while it was delivered only worker 0 had been forked
+    whole = std::all_of(rows.begin(), rows.end(), [](std::int64_t w) { return w == 1; }) &&
+            workers_seen[0] == 1;
+    if (!whole) {
+      WARN("batch 0 was split: worker 0 was slow over its first rows; trying a new loader");
+      continue;
+    }
+    // The others came for batch 1.
     REQUIRE(workers_seen[1] == static_cast<std::size_t>(opt.num_workers));
     for (std::size_t k = 1; k < got.size(); ++k) {
       const std::int64_t w = calls[40 + static_cast<std::size_t>(got[k].index[0])].load();
       REQUIRE(w == static_cast<std::int64_t>(k % static_cast<std::size_t>(opt.num_workers)) + 1);
     }
-    REQUIRE(loader.memory_estimate().bytes_per_sample == 8 + 3 * 4);  // measured by worker 0
   }
+  REQUIRE(whole);
   STOKER_REQUIRE_CLEAN(baseline);
 }
 
@@ -736,17 +749,27 @@ TEST_CASE("a new loader of a slow-forking process refuses a first batch over the
   opt.batch_size = 8;
   opt.num_workers = 2;
   opt.memory_limit = std::uint64_t{4} << 20;  // a batch alone is 8 MiB
-  {
+  // Worker 0 reports its first sample within a fork's time and the other worker is never
+  // forked; were it preempted past that (a loaded machine), the other is forked at once and
+  // loads its own first sample, rightly. Up to three new loaders, one of which must refuse
+  // after worker 0's sample alone; every one at most one get() a worker.
+  bool alone = false;
+  for (int attempt = 0; attempt < 3 && !alone; ++attempt) {
+    CAPTURE(attempt);
     SharedCounters calls;
     DataLoader loader(Big{&calls}, opt);
     REQUIRE_THROWS_AS(loader.begin(), MemoryBudgetError);
     std::int64_t loaded = 0;
     for (std::size_t i = 0; i < 64; ++i) loaded += calls[i].load();
-    REQUIRE(loaded == 1);  // worker 0's first sample; the other worker was never forked
+    REQUIRE(loaded >= 1);
+    REQUIRE(loaded <= 2);
+    alone = loaded == 1;
+    if (!alone) WARN("worker 0 was slow to report its first sample: worker 1 was forked");
     REQUIRE(loader.worker_pids().empty());
     REQUIRE(test::child_pids().empty());
     REQUIRE(loader.epoch() == 0);  // the same epoch at the next begin()
   }
+  REQUIRE(alone);  // worker 0's first sample; the other worker was never forked
   STOKER_REQUIRE_CLEAN(baseline);
 }
 
@@ -775,5 +798,55 @@ TEST_CASE("a put-off fork that fails is a clear error at the fetch and leaves no
     REQUIRE(samples == 40);  // the next epoch runs whole
   }
   detail::posix::clear_injected_failures();
+  STOKER_REQUIRE_CLEAN(baseline);
+}
+
+TEST_CASE(
+    "a later epoch's put-off forks keep batch k on worker k mod W and count a recycle only for "
+    "a worker that ran",
+    "[first_batch][recycle]") {
+  // Epochs 1 and 2 load batch 0 whole on worker 0 and fork worker 1 after it. A worker that is
+  // not yet forked must neither be retired for the last epoch's count of batches nor share the
+  // channel that recycling gave it last epoch.
+  struct Pids : Counted {
+    const SharedCounters* pid_of = nullptr;
+    Sample get(std::size_t i) const {
+      (*pid_of)[i] = getpid();
+      return Counted::get(i);
+    }
+  };
+  const test::ProcessState baseline = test::process_state();
+  const SlowFork ballast;
+  {
+    SharedCounters calls;
+    SharedCounters pid_of;
+    LoaderOptions opt;
+    opt.batch_size = 4;
+    opt.num_workers = 2;
+    opt.sample_bytes = 64;
+    opt.max_batches_per_worker = 2;
+    DataLoader loader(Pids{Counted{40, &calls}, &pid_of}, opt);
+    std::uint64_t recycled = 0;
+    for (int epoch = 0; epoch < 3; ++epoch) {
+      CAPTURE(epoch);
+      for (std::size_t i = 0; i < calls.size(); ++i) calls[i] = 0;
+      const std::vector<Copy> got = epoch_of(loader);
+      REQUIRE(got.size() == 10);
+      for (std::size_t i = 0; i < 40; ++i) REQUIRE(calls[i].load() == 1);  // each sample once
+      for (std::size_t k = 0; k < 10; ++k) {
+        REQUIRE(got[k].index[0] == std::int64_t(4 * k));
+        REQUIRE(calls[40 + 4 * k].load() == std::int64_t(k % 2) + 1);  // INV-ORDER-1
+      }
+      // Every worker forked this epoch loaded a batch: the two first ones, then one for each
+      // recycle (its replacement took the batch that was due).
+      std::set<std::int64_t> pids;
+      for (std::size_t i = 0; i < 40; ++i) pids.insert(pid_of[i].load());
+      const std::uint64_t now = loader.stats().workers_recycled;
+      CAPTURE(pids.size(), now - recycled);
+      REQUIRE(pids.size() == 2 + (now - recycled));
+      recycled = now;
+    }
+    REQUIRE(recycled >= 3);
+  }
   STOKER_REQUIRE_CLEAN(baseline);
 }

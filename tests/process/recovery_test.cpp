@@ -239,12 +239,13 @@ TEST_CASE("workers are recycled after max_batches_per_worker without changing th
   const test::ProcessState baseline = test::process_state();
   {
     SharedCounters pid_of;  // pid that loaded sample i
-    // 0.5 ms per sample: a retirement (fork, then the old worker's exit) fits in a few batches,
-    // as it does in real workloads, so the quota is honoured closely.
+    // 1 ms per sample: a retirement (fork, then the old worker's exit) fits in a few batches,
+    // as it does in real workloads, so the quota is honoured closely; at 0.5 ms, a sanitizer's
+    // slow exit on a loaded machine left too few batches after a later epoch's put-off fork.
     IndexDataset dataset{120, [&pid_of](std::size_t i) {
                            pid_of[i] = getpid();
                            if (test::in_worker()) {
-                             std::this_thread::sleep_for(std::chrono::microseconds(500));
+                             std::this_thread::sleep_for(std::chrono::microseconds(1000));
                            }
                          }};
     LoaderOptions opt;
@@ -255,7 +256,7 @@ TEST_CASE("workers are recycled after max_batches_per_worker without changing th
     opt.shuffle = true;
     opt.max_batches_per_worker = 4;
     // No memory check: its measurement after each worker's first task (a read of smaps, slow
-    // under a sanitizer) would hold the workers for much of this 60 ms first epoch.
+    // under a sanitizer) would hold the workers for much of this 120 ms first epoch.
     opt.check_memory = false;
     LoaderOptions plain = opt;
     plain.max_batches_per_worker = 0;
