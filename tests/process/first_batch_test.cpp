@@ -700,7 +700,7 @@ TEST_CASE(
     "on worker 0",
     "[first_batch][memory]") {
   // As worker 0 does when it backs a large batch's fresh pages between rows 0 and 1
-  // (SlotMemory::ensure: about 5 ms for 9.6 MB of images on the project's machine): a one-off
+  // (SlotMemory::ensure: about 3 ms for 9.6 MB of images on the project's machine): a one-off
   // stall, here about a fork long, inside row 1's get(). Main first looks half a fork after
   // the gate; were its rate taken from the gate, row 1 would seem to take that long and the
   // batch over ten forks, so its rows would go to a worker forked for them. From main's first
