@@ -91,7 +91,7 @@ EpochPlan* LoaderCore::Impl::plan_to_issue() {
 void LoaderCore::Impl::maybe_recycle(std::size_t p) {
   if (options.max_batches_per_worker == 0) return;
   const std::size_t old = pool.channel_of_worker(p);
-  // Not running: not yet forked (WorkerPool::deferred) or being respawned; nothing to retire.
+  // Not running: not yet forked (WorkerPool::deferred); nothing to retire.
   if (!pool.channel(old).running() || pool.channel(old).issued < options.max_batches_per_worker) {
     return;
   }

@@ -227,9 +227,10 @@ std::optional<std::uint64_t> LoaderCore::Impl::first_batch_wait_ns(std::uint64_t
   const std::uint64_t begun =
       ring().header(*host).claim.load(std::memory_order_relaxed) & 0xffffffffU;
   // The rate is measured from the first time main sees row 1 begun, not from the gate: the
-  // worker backs the whole batch's pages (SlotMemory::ensure) between rows 0 and 1, a one-off
-  // cost (about 3 ms for 9.6 MB here) that, taken as a row's time, made a fast batch look 60
-  // times slower than it was, and its rows went to a worker forked meanwhile, a fork later.
+  // worker backs the batch's pages (SlotMemory::ensure; of a large batch, main backs the upper
+  // half meanwhile and the worker maps those) between rows 0 and 1, a one-off cost (about 3 ms
+  // for 9.6 MB here) that, taken as a row's time, made a fast batch look tens of times slower
+  // than it was, and its rows went to a worker forked meanwhile, a fork later.
   if (begun >= 2 && first_rate_from_rows == 0) {
     first_rate_from_ns = now;
     first_rate_from_rows = begun;

@@ -110,8 +110,8 @@ struct LoaderCore::Impl {
   // issue_first_claimable(): when worker 0's gate opened (0: it did not), and its fork's time.
   std::uint64_t first_gate_opened_ns = 0;
   std::uint64_t first_fork_ns = 0;
-  // first_batch_wait_ns(): when it first saw worker 0 past its second row, and how many rows
-  // it had begun then (0: not yet); batch 0's rate is taken from there on.
+  // first_batch_wait_ns(): when it first saw worker 0 past its first row (row 1 begun), and
+  // how many rows it had begun then (0: not yet); batch 0's rate is taken from there on.
   std::uint64_t first_rate_from_ns = 0;
   std::uint64_t first_rate_from_rows = 0;
   struct FirstSamples {

@@ -256,7 +256,8 @@ TEST_CASE("workers are recycled after max_batches_per_worker without changing th
     opt.shuffle = true;
     opt.max_batches_per_worker = 4;
     // No memory check: its measurement after each worker's first task (a read of smaps, slow
-    // under a sanitizer) would hold the workers for much of this 120 ms first epoch.
+    // under a sanitizer) would hold the workers for much of this first epoch (120 ms of
+    // samples over two workers).
     opt.check_memory = false;
     LoaderOptions plain = opt;
     plain.max_batches_per_worker = 0;

@@ -89,11 +89,11 @@ TEST_CASE("stats report each worker's batches, stage times, busy share and memor
     // machine a preemption can land in any stage, so no stage has a reliable upper bound.
     REQUIRE(w.get_seconds >= 0.9 * 0.0005 * static_cast<double>(w.samples));
     REQUIRE(w.collate_seconds > 0);
-    // (get + collate + write) over the epoch: at least its spins over the test's wall time.
+    // (get + collate + write) over the epoch: with the get() bound above and the epoch no
+    // longer than the test's wall time, at least the spins over that wall time.
     REQUIRE(w.busy_fraction ==
             Approx(std::min(
                 1.0, (w.get_seconds + w.collate_seconds + w.write_seconds) / s.epoch_seconds)));
-    REQUIRE(w.busy_fraction >= 0.9 * 0.0005 * static_cast<double>(w.samples) / wall);
     REQUIRE(w.busy_fraction <= 1.0);
     REQUIRE(w.rss_bytes > 0);
     REQUIRE(w.pss_bytes > 0);
