@@ -69,13 +69,10 @@ void WorkerPool::start_all(SlotTable& slots,
   if (all_running()) return;
   stop_all(&slots);
   // Every channel starts empty, also those whose workers are forked later (start_deferred):
-  // a stopped worker's last results must not be taken for the new ones'.
+  // a stopped worker's last results and batch count must not be taken for the new ones'.
   // Worker p on channel p, the ones forked later included: after recycling, a stale position
-  // or count would map a worker not yet forked to another's channel, or retire it at once.
-  for (std::size_t c = 0; c < channels_.size(); ++c) {
-    reset_channel(c);
-    channels_[c].issued = 0;
-  }
+  // would map a worker not yet forked to another's channel.
+  for (std::size_t c = 0; c < channels_.size(); ++c) reset_channel(c);
   for (std::size_t p = 0; p < num_workers_; ++p) position_channel_[p] = p;
   warn_if_multithreaded();
   spread_.clear();  // CPUs for the workers' first tasks, in turn
@@ -135,9 +132,6 @@ void WorkerPool::spawn_on(std::size_t c, std::size_t p, int first_task_cpu) {
   ChannelState& channel = channels_[c];
   channel.process = WorkerProcess::spawn(launch);
   channel.position = p;
-  channel.retiring = false;
-  channel.issued = 0;
-  channel.outstanding = 0;
   position_channel_[p] = c;
   rebuild_wait_fds();
 }
@@ -155,6 +149,10 @@ void WorkerPool::rebuild_wait_fds() {
 // Only while channel c has no worker.
 void WorkerPool::reset_channel(std::size_t c) noexcept {
   STOKER_ASSERT(!channels_[c].running(), "a channel is reset only while no worker serves it");
+  ChannelState& state = channels_[c];
+  state.retiring = false;
+  state.issued = 0;
+  state.outstanding = 0;
   Channel& channel = ring_->channel(c);
   channel.tasks.reset();
   channel.results.reset();

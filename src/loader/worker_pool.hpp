@@ -123,6 +123,7 @@ class WorkerPool {
   void rebuild_wait_fds();
 
  private:
+  // Empties channel c: its queues and flags in the ring, and main's count of what it gave it.
   void reset_channel(std::size_t c) noexcept;
   // Where worker p's first task runs (-1: anywhere), from spread_.
   int first_task_cpu(std::size_t p) const noexcept {

@@ -639,6 +639,28 @@ std::vector<std::int64_t> first_rows(const SharedCounters& calls, const Copy& ba
   return rows;
 }
 
+// An epoch's batches, and how many workers had been forked when each was delivered.
+struct Watched {
+  std::vector<Copy> got;
+  std::vector<std::size_t> forked;
+};
+
+template <class D>
+Watched watched_epoch(DataLoader<D>& loader) {
+  Watched w;
+  for (const Batch& b : loader) {
+    w.forked.push_back(loader.worker_pids().size());
+    w.got.push_back(copy_of(b));
+  }
+  return w;
+}
+
+// Batch 0 loaded by worker 0 alone (rows: first_rows) and delivered before any other fork.
+bool whole_on_worker0(const std::vector<std::int64_t>& rows, const Watched& w) {
+  return std::all_of(rows.begin(), rows.end(), [](std::int64_t r) { return r == 1; }) &&
+         w.forked.at(0) == 1;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -666,22 +688,16 @@ TEST_CASE(
     SharedCounters calls;
     // sample_bytes not given: the memory check measures worker 0's first sample (the gate).
     DataLoader loader(Counted{40, &calls}, opt);
-    std::vector<Copy> got;
-    std::vector<std::size_t> workers_seen;
-    for (const Batch& b : loader) {
-      workers_seen.push_back(loader.worker_pids().size());
-      got.push_back(copy_of(b));
-    }
+    const Watched epoch = watched_epoch(loader);
+    const std::vector<Copy>& got = epoch.got;
     REQUIRE(got == inline_epoch);  // same samples, same order, same sample_rng() draws
     for (std::size_t i = 0; i < 40; ++i) REQUIRE(calls[i].load() == 1);  // each sample once
     REQUIRE(loader.memory_estimate().bytes_per_sample == 8 + 3 * 4);     // measured by worker 0
     const std::vector<std::int64_t> rows = first_rows(calls, got[0], 40);
-    CAPTURE(rows, workers_seen);
-    // batch 0: worker 0 alone, and while it was delivered only worker 0 had been forked
-    whole = std::all_of(rows.begin(), rows.end(), [](std::int64_t w) { return w == 1; }) &&
-            workers_seen[0] == 1;
+    CAPTURE(rows, epoch.forked);
+    whole = whole_on_worker0(rows, epoch);
     // The others came for batch 1 (split or not), and batch k came from worker k mod W.
-    REQUIRE(workers_seen[1] == static_cast<std::size_t>(opt.num_workers));
+    REQUIRE(epoch.forked.at(1) == static_cast<std::size_t>(opt.num_workers));
     for (std::size_t k = 1; k < got.size(); ++k) {
       const std::int64_t w = calls[40 + static_cast<std::size_t>(got[k].index[0])].load();
       REQUIRE(w == static_cast<std::int64_t>(k % static_cast<std::size_t>(opt.num_workers)) + 1);
@@ -747,18 +763,13 @@ TEST_CASE(
     CAPTURE(attempt, stall.count());
     SharedCounters calls;
     DataLoader loader(Stalls{Counted{96, &calls}, stall}, opt);
-    std::vector<Copy> got;
-    std::vector<std::size_t> workers_seen;
-    for (const Batch& b : loader) {
-      workers_seen.push_back(loader.worker_pids().size());
-      got.push_back(copy_of(b));
-    }
+    const Watched epoch = watched_epoch(loader);
+    const std::vector<Copy>& got = epoch.got;
     REQUIRE(got == inline_epoch);
     for (std::size_t i = 0; i < 96; ++i) REQUIRE(calls[i].load() == 1);  // each sample once
     const std::vector<std::int64_t> rows = first_rows(calls, got[0], 96);
-    CAPTURE(rows, workers_seen);
-    whole = std::all_of(rows.begin(), rows.end(), [](std::int64_t w) { return w == 1; }) &&
-            workers_seen[0] == 1;
+    CAPTURE(rows, epoch.forked);
+    whole = whole_on_worker0(rows, epoch);
     for (std::size_t k = 1; k < got.size(); ++k) {  // batch k from worker k mod 2
       REQUIRE(calls[96 + static_cast<std::size_t>(got[k].index[0])].load() ==
               static_cast<std::int64_t>(k % 2) + 1);
@@ -927,15 +938,11 @@ TEST_CASE(
     for (int epoch = 0; epoch < 3; ++epoch) {
       CAPTURE(epoch);
       for (std::size_t i = 0; i < calls.size(); ++i) calls[i] = 0;
-      std::vector<Copy> got;
-      std::size_t forked_at_batch0 = 0;
-      for (const Batch& b : loader) {
-        if (got.empty()) forked_at_batch0 = loader.worker_pids().size();
-        got.push_back(copy_of(b));
-      }
+      const Watched watched = watched_epoch(loader);
+      const std::vector<Copy>& got = watched.got;
       // Epochs 1 and 2 put worker 1's fork off (a fork of this process is slower than
       // kDeferForksMinNs); were it not, this epoch did not exercise that path.
-      if (epoch > 0 && forked_at_batch0 != 1) WARN("worker 1 was forked before batch 0");
+      if (epoch > 0 && watched.forked.at(0) != 1) WARN("worker 1 was forked before batch 0");
       REQUIRE(got.size() == 10);
       for (std::size_t i = 0; i < 40; ++i) REQUIRE(calls[i].load() == 1);  // each sample once
       for (std::size_t k = 0; k < 10; ++k) {
